@@ -1,0 +1,60 @@
+// Host-side helpers for the CUDA backend: device discovery, owned device buffers, event timing.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace fp4::cuda {
+
+// Number of visible CUDA devices; 0 (not an error) when there is no driver or no GPU.
+int device_count();
+
+struct DeviceInfo {
+  std::string name;
+  int sm_major = 0, sm_minor = 0;
+  int multiprocessors = 0;
+  size_t global_memory_bytes = 0;
+  size_t l2_bytes = 0;
+  int memory_clock_khz = 0;
+  int memory_bus_bits = 0;
+};
+DeviceInfo device_info(int device = 0);
+
+// An owned cudaMalloc allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return ptr_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+
+  void upload(const void* host, size_t bytes);
+  void download(void* host, size_t bytes) const;
+  void fill(unsigned char byte);
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Median time in milliseconds of `reps` launches of fn(stream), each bracketed by events,
+// after `warmup` untimed launches.
+template <typename Fn>
+double median_ms(Fn&& fn, int warmup, int reps, cudaStream_t stream = nullptr);
+
+double median_of(std::vector<double> samples);
+
+}  // namespace fp4::cuda
+
+#include "backend/cuda/device_timing.inl"

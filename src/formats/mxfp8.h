@@ -1,0 +1,47 @@
+// MXFP8 blocks (OCP Microscaling v1.0): 32 consecutive values share one UE8M0 scale 2^(s-127);
+// each value is an E4M3 byte.
+//
+// When we produce MXFP8 we choose the scale that never clips ("RCEIL", as cuBLAS and TRT-LLM):
+//   s     = UE8M0_CEIL(amax / 448)              (true division, then round up to 2^k)
+//   q_i   = E4M3_RNE_SAT(x_i * 2^(127 - s))     (exact multiply = x_i / 2^(s-127) bit for bit,
+//                                                since every 2^(127-s), s in [0, 254], is a float)
+//   x^_i  = e4m3(q_i) * 2^(s - 127)             (exact)
+// Checkpoints made with the OCP floor rule decode with the same dequantization.
+// Policies: an all-zero block gets s = 0 (2^-127); a NaN in the block sets s = 0xFF (NaN).
+#pragma once
+
+#include "formats/minifloat.h"
+
+namespace fp4 {
+
+constexpr int kMxfp8BlockElems = 32;
+constexpr int kMxfp8BlockScaleBytes = 1;
+static_assert(kMxfp8BlockElems * 1 + kMxfp8BlockScaleBytes == 33, "an MXFP8 block is 33 bytes");
+
+// Quantizes x[0..31] into 32 E4M3 bytes; returns the UE8M0 scale code.
+FP4_HD uint8_t mxfp8_quantize_block(const float* x, uint8_t* values) {
+  float amax = 0.0f;
+  bool has_nan = false;
+  for (int i = 0; i < kMxfp8BlockElems; ++i) {
+    const float a = bits_to_float(float_to_bits(x[i]) & 0x7FFFFFFFu);
+    has_nan |= is_nan(a);
+    amax = a > amax ? a : amax;
+  }
+  const uint8_t scale = has_nan ? kUE8M0NaN : ue8m0_encode_ceil(amax / kE4M3Max);
+  const float inverse = ue8m0_inverse(scale);
+  for (int i = 0; i < kMxfp8BlockElems; ++i) values[i] = e4m3_encode(x[i] * inverse);
+  return scale;
+}
+
+FP4_HD void mxfp8_dequantize_block(const uint8_t* values, uint8_t scale, float* out) {
+  const float s = ue8m0_decode(scale);
+  for (int i = 0; i < kMxfp8BlockElems; ++i) out[i] = e4m3_decode(values[i]) * s;
+}
+
+// Row-major [rows, cols]: values [rows, cols] E4M3, scales [rows, cols/32] UE8M0.
+constexpr int64_t mxfp8_value_bytes(int64_t rows, int64_t cols) { return rows * cols; }
+constexpr int64_t mxfp8_scale_bytes(int64_t rows, int64_t cols) {
+  return rows * cols / kMxfp8BlockElems;
+}
+
+}  // namespace fp4

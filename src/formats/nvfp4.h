@@ -1,0 +1,73 @@
+// NVFP4 blocks: 16 consecutive values along the contiguous dimension share one E4M3 block
+// scale; each value is an E2M1 code, two per byte, the even element in the low nibble. An
+// optional FP32 global scale `g` is in the dequantization direction (ModelOpt's
+// `weight_scale_2`, vLLM's NVFP4 `k_scale`); the KV-cache variant uses g = 1.
+//
+// Exact operation order (CPU and GPU run this very code, so codes match bit for bit):
+//   amax   = max_i |x_i|                      (NaN ignored here, flagged separately)
+//   sf     = E4M3_RNE_SAT(amax / (6 * g))      (6*g rounded to fp32 first; true division)
+//   denom  = float(sf) * g                     (rounded to fp32)
+//   q_i    = E2M1_RNE_SAT(x_i / denom)         (true division; q_i = 0 when denom == 0)
+//   x^_i   = (e2m1(q_i) * float(sf)) * g       (the first product is exact)
+// Policies: a block whose amax/(6g) rounds below E4M3's smallest subnormal (2^-9) gets scale 0
+// and dequantizes to zeros; |x| beyond 6*448*g saturates to +-6*448*g; +-inf saturates the same
+// way; a NaN anywhere in the block sets the scale to E4M3 NaN, so the whole block dequantizes
+// to NaN rather than to a silently wrong finite value.
+#pragma once
+
+#include "formats/minifloat.h"
+
+namespace fp4 {
+
+constexpr int kNvfp4BlockElems = 16;
+constexpr int kNvfp4BlockCodeBytes = kNvfp4BlockElems / 2;
+constexpr int kNvfp4BlockScaleBytes = 1;
+constexpr float kE2M1Max = 6.0f;
+static_assert(kNvfp4BlockCodeBytes == 8, "16 E2M1 codes pack into 8 bytes");
+static_assert(kNvfp4BlockCodeBytes + kNvfp4BlockScaleBytes == 9, "an NVFP4 block is 9 bytes");
+
+// The dequantization-direction global scale ModelOpt derives from a tensor's amax, so that the
+// largest block scale lands on E4M3's maximum: amax / (6 * 448). An all-zero tensor gets 1.
+inline float nvfp4_global_scale_for_amax(float tensor_amax) {
+  return tensor_amax > 0.0f ? tensor_amax / (kE2M1Max * kE4M3Max) : 1.0f;
+}
+
+// Quantizes x[0..15]; writes 8 packed bytes and returns the E4M3 block-scale code.
+FP4_HD uint8_t nvfp4_quantize_block(const float* x, float global_scale, uint8_t* packed) {
+  float amax = 0.0f;
+  bool has_nan = false;
+  for (int i = 0; i < kNvfp4BlockElems; ++i) {
+    const float a = bits_to_float(float_to_bits(x[i]) & 0x7FFFFFFFu);
+    has_nan |= is_nan(a);
+    amax = a > amax ? a : amax;
+  }
+  const uint8_t scale = has_nan ? kE4M3NaN : e4m3_encode(amax / (kE2M1Max * global_scale));
+  const float denom = e4m3_decode(scale) * global_scale;
+  for (int i = 0; i < kNvfp4BlockCodeBytes; ++i) {
+    uint8_t lo = 0, hi = 0;
+    if (denom != 0.0f) {
+      lo = e2m1_encode(x[2 * i] / denom);
+      hi = e2m1_encode(x[2 * i + 1] / denom);
+    }
+    packed[i] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+  return scale;
+}
+
+FP4_HD void nvfp4_dequantize_block(const uint8_t* packed, uint8_t scale, float global_scale,
+                                   float* out) {
+  const float sf = e4m3_decode(scale);
+  for (int i = 0; i < kNvfp4BlockCodeBytes; ++i) {
+    out[2 * i] = (e2m1_decode(packed[i] & 0xFu) * sf) * global_scale;
+    out[2 * i + 1] = (e2m1_decode(packed[i] >> 4) * sf) * global_scale;
+  }
+}
+
+// Byte sizes of a row-major [rows, cols] NVFP4 tensor: codes [rows, cols/2] then, in their own
+// array, scales [rows, cols/16] (the linear layout of checkpoints and of our KV pages).
+constexpr int64_t nvfp4_code_bytes(int64_t rows, int64_t cols) { return rows * cols / 2; }
+constexpr int64_t nvfp4_scale_bytes(int64_t rows, int64_t cols) {
+  return rows * cols / kNvfp4BlockElems;
+}
+
+}  // namespace fp4

@@ -1,0 +1,33 @@
+// Benchmarks behind `fp4serve bench`: each returns rows of one table. GPU rows carry the
+// fraction of the copy bandwidth measured in the same run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fp4::bench {
+
+struct Row {
+  std::string device;     // "cpu" or the GPU's name
+  std::string kernel;     // e.g. "nvfp4 quantize bf16->fp4"
+  std::string shape;      // e.g. "32768x16384"
+  double bytes = 0;       // bytes the kernel must move (inputs read once, outputs written once)
+  double ms = 0;          // median time
+  double gbps() const { return ms > 0 ? bytes / (ms * 1e-3) / 1e9 : 0; }
+  double ceiling_gbps = 0;  // copy bandwidth measured in the same run, 0 if none
+  bool validated = false;   // output checked against the CPU reference in this run
+};
+
+struct Options {
+  int64_t gpu_tensor_bytes = int64_t{1} << 30;  // size of the float-side tensor on the GPU
+  int64_t cpu_tensor_bytes = int64_t{64} << 20;
+  int reps = 20;
+  bool gpu = true;
+};
+
+std::vector<Row> run_cpu_benchmarks(const Options& options);
+// Empty when this build has no CUDA backend or the machine has no GPU; `why` says which.
+std::vector<Row> run_gpu_benchmarks(const Options& options, std::string& why);
+
+}  // namespace fp4::bench

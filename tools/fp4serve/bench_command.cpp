@@ -1,0 +1,68 @@
+// `fp4serve bench`: runs the kernel benchmarks that this build and machine support and prints
+// one table. Every GPU row is validated against the CPU reference in the same run and is shown
+// as a fraction of the device-to-device copy bandwidth measured in that run.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "tools/fp4serve/bench.h"
+#include "tools/fp4serve/commands.h"
+
+namespace fp4::cli {
+namespace {
+
+void print_table(const std::vector<bench::Row>& rows) {
+  fmt::print("{:<22} {:<34} {:>13} {:>10} {:>9} {:>9} {:>8} {:>6}\n", "device", "kernel", "shape",
+             "MB moved", "ms", "GB/s", "% copy", "valid");
+  for (const auto& r : rows) {
+    const std::string pct = r.ceiling_gbps > 0 ? fmt::format("{:.1f}", 100.0 * r.gbps() / r.ceiling_gbps) : "-";
+    fmt::print("{:<22} {:<34} {:>13} {:>10.1f} {:>9.4f} {:>9.1f} {:>8} {:>6}\n", r.device, r.kernel,
+               r.shape, r.bytes / 1e6, r.ms, r.gbps(), pct, r.validated ? "yes" : "-");
+  }
+}
+
+void write_json(const std::vector<bench::Row>& rows, const std::string& path) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : rows) {
+    out.push_back({{"device", r.device}, {"kernel", r.kernel}, {"shape", r.shape},
+                   {"bytes", r.bytes}, {"ms", r.ms}, {"gbps", r.gbps()},
+                   {"copy_gbps", r.ceiling_gbps}, {"validated", r.validated}});
+  }
+  std::ofstream file(path);
+  FP4_CHECK(file.good(), "cannot write {}", path);
+  file << out.dump(2) << "\n";
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<bench::Options>();
+  auto json_path = std::make_shared<std::string>();
+  auto cpu_only = std::make_shared<bool>(false);
+  CLI::App* sub = app.add_subcommand(
+      "bench", "Benchmark the kernels this build supports (CPU always, CUDA when present)");
+  sub->add_option("--gpu-bytes", options->gpu_tensor_bytes,
+                  "Bytes of the float-side tensor in GPU benchmarks")->capture_default_str();
+  sub->add_option("--cpu-bytes", options->cpu_tensor_bytes,
+                  "Bytes of the float-side tensor in CPU benchmarks")->capture_default_str();
+  sub->add_option("--reps", options->reps, "Timed repetitions (the median is reported)")
+      ->capture_default_str()->check(CLI::Range(1, 10000));
+  sub->add_flag("--cpu-only", *cpu_only, "Skip the GPU benchmarks");
+  sub->add_option("--json", *json_path, "Also write the rows to this JSON file");
+  sub->callback([=, &exit_code] {
+    std::vector<bench::Row> rows = bench::run_cpu_benchmarks(*options);
+    if (!*cpu_only) {
+      std::string why;
+      auto gpu_rows = bench::run_gpu_benchmarks(*options, why);
+      if (gpu_rows.empty()) fmt::print(stderr, "fp4serve bench: GPU benchmarks skipped: {}\n", why);
+      rows.insert(rows.end(), gpu_rows.begin(), gpu_rows.end());
+    }
+    print_table(rows);
+    if (!json_path->empty()) write_json(rows, *json_path);
+    exit_code = 0;
+  });
+}
+
+}  // namespace fp4::cli
