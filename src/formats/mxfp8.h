@@ -10,6 +10,7 @@
 // Policies: an all-zero block gets s = 0 (2^-127); a NaN in the block sets s = 0xFF (NaN).
 #pragma once
 
+#include "formats/amax.h"
 #include "formats/minifloat.h"
 
 namespace fp4 {
@@ -18,24 +19,34 @@ constexpr int kMxfp8BlockElems = 32;
 constexpr int kMxfp8BlockScaleBytes = 1;
 static_assert(kMxfp8BlockElems * 1 + kMxfp8BlockScaleBytes == 33, "an MXFP8 block is 33 bytes");
 
+FP4_HD uint8_t mxfp8_scale_code(float amax, bool has_nan) {
+  return has_nan ? kUE8M0NaN : ue8m0_encode_ceil(amax / kE4M3Max);
+}
+
+FP4_HD uint8_t mxfp8_encode_value(float x, float scale_inverse) {
+  return e4m3_encode(x * scale_inverse);
+}
+
+// NaN codes and NaN scales yield the canonical quiet NaN directly (see nvfp4_decode_value).
+FP4_HD float mxfp8_decode_value(uint8_t code, float scale_value) {
+  const float v = e4m3_decode(code);
+  return is_nan(v) || is_nan(scale_value) ? quiet_nan() : v * scale_value;
+}
+
 // Quantizes x[0..31] into 32 E4M3 bytes; returns the UE8M0 scale code.
 FP4_HD uint8_t mxfp8_quantize_block(const float* x, uint8_t* values) {
   float amax = 0.0f;
   bool has_nan = false;
-  for (int i = 0; i < kMxfp8BlockElems; ++i) {
-    const float a = bits_to_float(float_to_bits(x[i]) & 0x7FFFFFFFu);
-    has_nan |= is_nan(a);
-    amax = a > amax ? a : amax;
-  }
-  const uint8_t scale = has_nan ? kUE8M0NaN : ue8m0_encode_ceil(amax / kE4M3Max);
+  for (int i = 0; i < kMxfp8BlockElems; ++i) accumulate_amax(x[i], amax, has_nan);
+  const uint8_t scale = mxfp8_scale_code(amax, has_nan);
   const float inverse = ue8m0_inverse(scale);
-  for (int i = 0; i < kMxfp8BlockElems; ++i) values[i] = e4m3_encode(x[i] * inverse);
+  for (int i = 0; i < kMxfp8BlockElems; ++i) values[i] = mxfp8_encode_value(x[i], inverse);
   return scale;
 }
 
 FP4_HD void mxfp8_dequantize_block(const uint8_t* values, uint8_t scale, float* out) {
   const float s = ue8m0_decode(scale);
-  for (int i = 0; i < kMxfp8BlockElems; ++i) out[i] = e4m3_decode(values[i]) * s;
+  for (int i = 0; i < kMxfp8BlockElems; ++i) out[i] = mxfp8_decode_value(values[i], s);
 }
 
 // Row-major [rows, cols]: values [rows, cols] E4M3, scales [rows, cols/32] UE8M0.

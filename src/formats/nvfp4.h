@@ -6,8 +6,8 @@
 // Exact operation order (CPU and GPU run this very code, so codes match bit for bit):
 //   amax   = max_i |x_i|                      (NaN ignored here, flagged separately)
 //   sf     = E4M3_RNE_SAT(amax / (6 * g))      (6*g rounded to fp32 first; true division)
-//   denom  = float(sf) * g                     (rounded to fp32)
-//   q_i    = E2M1_RNE_SAT(x_i / denom)         (true division; q_i = 0 when denom == 0)
+//   d      = float(sf) * g                     (rounded to fp32)
+//   q_i    = E2M1_RNE_SAT(x_i / d)             (true division; q_i = 0 when d == 0)
 //   x^_i   = (e2m1(q_i) * float(sf)) * g       (the first product is exact)
 // Policies: a block whose amax/(6g) rounds below E4M3's smallest subnormal (2^-9) gets scale 0
 // and dequantizes to zeros; |x| beyond 6*448*g saturates to +-6*448*g; +-inf saturates the same
@@ -15,6 +15,7 @@
 // to NaN rather than to a silently wrong finite value.
 #pragma once
 
+#include "formats/amax.h"
 #include "formats/minifloat.h"
 
 namespace fp4 {
@@ -32,23 +33,37 @@ inline float nvfp4_global_scale_for_amax(float tensor_amax) {
   return tensor_amax > 0.0f ? tensor_amax / (kE2M1Max * kE4M3Max) : 1.0f;
 }
 
+// The pieces of the recipe, exposed so that a kernel which spreads one block over several
+// threads (and reduces amax with shuffles) computes the same bits.
+FP4_HD uint8_t nvfp4_scale_code(float amax, bool has_nan, float global_scale) {
+  return has_nan ? kE4M3NaN : e4m3_encode(amax / (kE2M1Max * global_scale));
+}
+
+// The divisor of every value in the block: float(sf) * g.
+FP4_HD float nvfp4_value_divisor(uint8_t scale, float global_scale) {
+  return e4m3_decode(scale) * global_scale;
+}
+
+FP4_HD uint8_t nvfp4_encode_value(float x, float divisor) {
+  return divisor != 0.0f ? e2m1_encode(x / divisor) : uint8_t{0};
+}
+
+// A NaN scale yields the canonical quiet NaN directly: NaN arithmetic would leave
+// platform-specific payloads (x86 propagates the operand's, the GPU returns 0x7FFFFFFF).
+FP4_HD float nvfp4_decode_value(uint8_t code, float scale_value, float global_scale) {
+  return is_nan(scale_value) ? quiet_nan() : (e2m1_decode(code) * scale_value) * global_scale;
+}
+
 // Quantizes x[0..15]; writes 8 packed bytes and returns the E4M3 block-scale code.
 FP4_HD uint8_t nvfp4_quantize_block(const float* x, float global_scale, uint8_t* packed) {
   float amax = 0.0f;
   bool has_nan = false;
-  for (int i = 0; i < kNvfp4BlockElems; ++i) {
-    const float a = bits_to_float(float_to_bits(x[i]) & 0x7FFFFFFFu);
-    has_nan |= is_nan(a);
-    amax = a > amax ? a : amax;
-  }
-  const uint8_t scale = has_nan ? kE4M3NaN : e4m3_encode(amax / (kE2M1Max * global_scale));
-  const float denom = e4m3_decode(scale) * global_scale;
+  for (int i = 0; i < kNvfp4BlockElems; ++i) accumulate_amax(x[i], amax, has_nan);
+  const uint8_t scale = nvfp4_scale_code(amax, has_nan, global_scale);
+  const float divisor = nvfp4_value_divisor(scale, global_scale);
   for (int i = 0; i < kNvfp4BlockCodeBytes; ++i) {
-    uint8_t lo = 0, hi = 0;
-    if (denom != 0.0f) {
-      lo = e2m1_encode(x[2 * i] / denom);
-      hi = e2m1_encode(x[2 * i + 1] / denom);
-    }
+    const uint8_t lo = nvfp4_encode_value(x[2 * i], divisor);
+    const uint8_t hi = nvfp4_encode_value(x[2 * i + 1], divisor);
     packed[i] = static_cast<uint8_t>(lo | (hi << 4));
   }
   return scale;
@@ -58,8 +73,8 @@ FP4_HD void nvfp4_dequantize_block(const uint8_t* packed, uint8_t scale, float g
                                    float* out) {
   const float sf = e4m3_decode(scale);
   for (int i = 0; i < kNvfp4BlockCodeBytes; ++i) {
-    out[2 * i] = (e2m1_decode(packed[i] & 0xFu) * sf) * global_scale;
-    out[2 * i + 1] = (e2m1_decode(packed[i] >> 4) * sf) * global_scale;
+    out[2 * i] = nvfp4_decode_value(packed[i] & 0xFu, sf, global_scale);
+    out[2 * i + 1] = nvfp4_decode_value(packed[i] >> 4, sf, global_scale);
   }
 }
 

@@ -6,10 +6,9 @@
 namespace fp4::cuda {
 namespace {
 
-unsigned grid_for(int64_t rows, int64_t cols, int block) {
-  const int64_t total = rows * (cols / block);
-  const int64_t grid = (total + detail::kThreads - 1) / detail::kThreads;
-  FP4_CHECK(grid < (int64_t{1} << 31), "a tensor of {} blocks is too large for one launch", total);
+unsigned grid_for(int64_t rows, int64_t cols, DType float_dtype) {
+  const int64_t grid = detail::grid_size(rows, cols, dtype_bits(float_dtype) / 8);
+  FP4_CHECK(grid < (int64_t{1} << 31), "a {}x{} tensor is too large for one launch", rows, cols);
   return static_cast<unsigned>(grid);
 }
 
@@ -18,13 +17,13 @@ unsigned grid_for(int64_t rows, int64_t cols, int block) {
 void quantize(BlockFormat format, const QuantizeParams& p, cudaStream_t stream) {
   check_quantize_params(format, p, 16);
   if (p.rows * p.cols == 0) return;
-  FP4_CUDA_CHECK(detail::launch_quantize(format, p, grid_for(p.rows, p.cols, block_elems(format)), stream));
+  FP4_CUDA_CHECK(detail::launch_quantize(format, p, grid_for(p.rows, p.cols, p.input_dtype), stream));
 }
 
 void dequantize(BlockFormat format, const DequantizeParams& p, cudaStream_t stream) {
   check_dequantize_params(format, p, 16);
   if (p.rows * p.cols == 0) return;
-  FP4_CUDA_CHECK(detail::launch_dequantize(format, p, grid_for(p.rows, p.cols, block_elems(format)), stream));
+  FP4_CUDA_CHECK(detail::launch_dequantize(format, p, grid_for(p.rows, p.cols, p.output_dtype), stream));
 }
 
 }  // namespace fp4::cuda

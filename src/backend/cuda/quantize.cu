@@ -1,7 +1,9 @@
-// One thread per block of 16 (NVFP4) or 32 (MXFP8) values. A thread moves its whole block with
-// 16-byte loads and stores, so a warp covers 1-2 KiB of contiguous input per instruction pair;
-// the work per element (a division and a few integer ops) stays under the memory time at
-// H200 bandwidth. bench/RESULTS.md has the measured fraction of copy bandwidth.
+// Block quantize/dequantize kernels. Each thread owns one 16-byte vector of the float side (8
+// bf16 or 4 f32 values), so every warp load or store of that side covers 512 contiguous bytes.
+// A quantization block of 16 (NVFP4) or 32 (MXFP8) values spans 2-8 neighbouring lanes, which
+// combine their amax with shuffles (max is exact in any order, so the bits equal the CPU's
+// sequential loop). Each thread handles kUnroll vectors and issues all their loads before any
+// arithmetic, to keep enough bytes in flight to cover HBM latency.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/quantize_launch.h"
@@ -11,151 +13,187 @@
 namespace fp4::cuda::detail {
 namespace {
 
-// Loads N consecutive elements (N*sizeof(T) a multiple of 16, 16-byte aligned) as floats.
-template <typename T, int N>
-__device__ __forceinline__ void load_floats(const T* src, float* x) {
-  static_assert((N * sizeof(T)) % 16 == 0);
-  const uint4* v = reinterpret_cast<const uint4*>(src);
+template <BlockFormat F>
+constexpr int kBlockElems = F == BlockFormat::kNvfp4 ? kNvfp4BlockElems : kMxfp8BlockElems;
+
+// Bytes of the code side that one vector of V values occupies.
+template <BlockFormat F, int V>
+constexpr int kCodeBytes = F == BlockFormat::kNvfp4 ? V / 2 : V;
+
+template <int N>
+__device__ __forceinline__ uint64_t load_bytes(const uint8_t* p) {
+  if constexpr (N == 8) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    return v.x | (static_cast<uint64_t>(v.y) << 32);
+  } else if constexpr (N == 4) {
+    return __ldg(reinterpret_cast<const unsigned int*>(p));
+  } else {
+    static_assert(N == 2);
+    return __ldg(reinterpret_cast<const unsigned short*>(p));
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void store_bytes(uint8_t* p, uint64_t v) {
+  if constexpr (N == 8) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(static_cast<uint32_t>(v), static_cast<uint32_t>(v >> 32));
+  } else if constexpr (N == 4) {
+    *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
+  } else {
+    static_assert(N == 2);
+    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void unpack(const uint4& w, float* x) {
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-  for (int j = 0; j < static_cast<int>(N * sizeof(T) / 16); ++j) {
-    const uint4 w = __ldg(v + j);
-    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if constexpr (sizeof(T) == 4) {
-        x[j * 4 + k] = __uint_as_float(words[k]);
-      } else {
-        x[j * 8 + 2 * k] = bf16_decode(static_cast<uint16_t>(words[k] & 0xFFFFu));
-        x[j * 8 + 2 * k + 1] = bf16_decode(static_cast<uint16_t>(words[k] >> 16));
-      }
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (sizeof(T) == 4) {
+      x[k] = __uint_as_float(words[k]);
+    } else {
+      x[2 * k] = bf16_decode(static_cast<uint16_t>(words[k] & 0xFFFFu));
+      x[2 * k + 1] = bf16_decode(static_cast<uint16_t>(words[k] >> 16));
     }
   }
 }
 
-template <typename T, int N>
-__device__ __forceinline__ void store_floats(T* dst, const float* x) {
-  static_assert((N * sizeof(T)) % 16 == 0);
-  uint4* v = reinterpret_cast<uint4*>(dst);
+template <typename T>
+__device__ __forceinline__ uint4 pack(const float* x) {
+  uint32_t words[4];
 #pragma unroll
-  for (int j = 0; j < static_cast<int>(N * sizeof(T) / 16); ++j) {
-    uint32_t words[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if constexpr (sizeof(T) == 4) {
-        words[k] = __float_as_uint(x[j * 4 + k]);
-      } else {
-        words[k] = static_cast<uint32_t>(bf16_encode(x[j * 8 + 2 * k])) |
-                   (static_cast<uint32_t>(bf16_encode(x[j * 8 + 2 * k + 1])) << 16);
-      }
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (sizeof(T) == 4) {
+      words[k] = __float_as_uint(x[k]);
+    } else {
+      words[k] = static_cast<uint32_t>(bf16_encode(x[2 * k])) |
+                 (static_cast<uint32_t>(bf16_encode(x[2 * k + 1])) << 16);
     }
-    v[j] = make_uint4(words[0], words[1], words[2], words[3]);
   }
+  return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) nvfp4_quantize_kernel(QuantizeParams p) {
-  const int64_t blocks_per_row = p.cols / kNvfp4BlockElems;
-  const int64_t total = p.rows * blocks_per_row;
-  const int64_t b = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (b >= total) return;
-  const int64_t row = b / blocks_per_row, col = (b - row * blocks_per_row) * kNvfp4BlockElems;
-  float x[kNvfp4BlockElems];
-  load_floats<T, kNvfp4BlockElems>(static_cast<const T*>(p.input) + row * p.input_row_stride + col, x);
-  uint8_t packed[kNvfp4BlockCodeBytes];
-  p.scales[b] = nvfp4_quantize_block(x, p.global_scale, packed);
-  uint2 out;
-  out.x = packed[0] | (packed[1] << 8) | (packed[2] << 16) | (static_cast<uint32_t>(packed[3]) << 24);
-  out.y = packed[4] | (packed[5] << 8) | (packed[6] << 16) | (static_cast<uint32_t>(packed[7]) << 24);
-  reinterpret_cast<uint2*>(p.values)[b] = out;
+// Element offset of vector v in a strided row-major matrix with `vectors_per_row` vectors of V.
+template <int V>
+__device__ __forceinline__ int64_t strided_offset(int64_t v, int64_t vectors_per_row, int64_t row_stride) {
+  const int64_t row = v / vectors_per_row;
+  return row * row_stride + (v - row * vectors_per_row) * V;
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) nvfp4_dequantize_kernel(DequantizeParams p) {
-  const int64_t blocks_per_row = p.cols / kNvfp4BlockElems;
-  const int64_t total = p.rows * blocks_per_row;
-  const int64_t b = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (b >= total) return;
-  const int64_t row = b / blocks_per_row, col = (b - row * blocks_per_row) * kNvfp4BlockElems;
-  const uint2 in = __ldg(reinterpret_cast<const uint2*>(p.values) + b);
-  const uint8_t packed[kNvfp4BlockCodeBytes] = {
-      static_cast<uint8_t>(in.x), static_cast<uint8_t>(in.x >> 8), static_cast<uint8_t>(in.x >> 16),
-      static_cast<uint8_t>(in.x >> 24), static_cast<uint8_t>(in.y), static_cast<uint8_t>(in.y >> 8),
-      static_cast<uint8_t>(in.y >> 16), static_cast<uint8_t>(in.y >> 24)};
-  float x[kNvfp4BlockElems];
-  nvfp4_dequantize_block(packed, __ldg(p.scales + b), p.global_scale, x);
-  store_floats<T, kNvfp4BlockElems>(static_cast<T*>(p.output) + row * p.output_row_stride + col, x);
-}
+template <typename T, BlockFormat F>
+__global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeParams p) {
+  constexpr int V = 16 / sizeof(T);
+  constexpr int kLanesPerBlock = kBlockElems<F> / V;
+  const int64_t vectors_per_row = p.cols / V;
+  const int64_t total = p.rows * vectors_per_row;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads * kUnroll + threadIdx.x;
+  const T* input = static_cast<const T*>(p.input);
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) mxfp8_quantize_kernel(QuantizeParams p) {
-  const int64_t blocks_per_row = p.cols / kMxfp8BlockElems;
-  const int64_t total = p.rows * blocks_per_row;
-  const int64_t b = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (b >= total) return;
-  const int64_t row = b / blocks_per_row, col = (b - row * blocks_per_row) * kMxfp8BlockElems;
-  float x[kMxfp8BlockElems];
-  load_floats<T, kMxfp8BlockElems>(static_cast<const T*>(p.input) + row * p.input_row_stride + col, x);
-  uint8_t values[kMxfp8BlockElems];
-  p.scales[b] = mxfp8_quantize_block(x, values);
-  uint4* dst = reinterpret_cast<uint4*>(p.values + b * kMxfp8BlockElems);
+  uint4 raw[kUnroll];
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    uint32_t w[4];
+  for (int k = 0; k < kUnroll; ++k) {
+    const int64_t v = first + k * kThreads;
+    raw[k] = v < total ? __ldg(reinterpret_cast<const uint4*>(input + strided_offset<V>(v, vectors_per_row, p.input_row_stride)))
+                       : make_uint4(0, 0, 0, 0);
+  }
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint8_t* v = values + j * 16 + k * 4;
-      w[k] = v[0] | (v[1] << 8) | (v[2] << 16) | (static_cast<uint32_t>(v[3]) << 24);
+  for (int k = 0; k < kUnroll; ++k) {
+    const int64_t v = first + k * kThreads;
+    float x[V];
+    unpack<T>(raw[k], x);
+    float amax = 0.0f;
+    bool has_nan = false;
+#pragma unroll
+    for (int i = 0; i < V; ++i) accumulate_amax(x[i], amax, has_nan);
+    // Lanes of one quantization block are kLanesPerBlock consecutive, aligned lanes (rows hold
+    // whole blocks), and every lane of the warp takes part, active or not.
+#pragma unroll
+    for (int offset = 1; offset < kLanesPerBlock; offset <<= 1) {
+      const float other = __shfl_xor_sync(0xFFFFFFFFu, amax, offset);
+      amax = other > amax ? other : amax;
+      has_nan |= __shfl_xor_sync(0xFFFFFFFFu, static_cast<int>(has_nan), offset) != 0;
     }
-    dst[j] = make_uint4(w[0], w[1], w[2], w[3]);
+    uint8_t scale;
+    uint64_t codes = 0;
+    if constexpr (F == BlockFormat::kNvfp4) {
+      scale = nvfp4_scale_code(amax, has_nan, p.global_scale);
+      const float divisor = nvfp4_value_divisor(scale, p.global_scale);
+#pragma unroll
+      for (int i = 0; i < V; ++i) codes |= static_cast<uint64_t>(nvfp4_encode_value(x[i], divisor)) << (4 * i);
+    } else {
+      scale = mxfp8_scale_code(amax, has_nan);
+      const float inverse = ue8m0_inverse(scale);
+#pragma unroll
+      for (int i = 0; i < V; ++i) codes |= static_cast<uint64_t>(mxfp8_encode_value(x[i], inverse)) << (8 * i);
+    }
+    if (v < total) {
+      constexpr int kBytes = kCodeBytes<F, V>;
+      store_bytes<kBytes>(p.values + v * kBytes, codes);
+      if (threadIdx.x % kLanesPerBlock == 0) p.scales[v / kLanesPerBlock] = scale;
+    }
+  }
+}
+
+template <typename T, BlockFormat F>
+__global__ void __launch_bounds__(kThreads) dequantize_kernel(DequantizeParams p) {
+  constexpr int V = 16 / sizeof(T);
+  constexpr int kLanesPerBlock = kBlockElems<F> / V;
+  constexpr int kBytes = kCodeBytes<F, V>;
+  const int64_t vectors_per_row = p.cols / V;
+  const int64_t total = p.rows * vectors_per_row;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads * kUnroll + threadIdx.x;
+
+  uint64_t codes[kUnroll];
+  uint8_t scales[kUnroll];
+#pragma unroll
+  for (int k = 0; k < kUnroll; ++k) {
+    const int64_t v = first + k * kThreads;
+    codes[k] = v < total ? load_bytes<kBytes>(p.values + v * kBytes) : 0;
+    scales[k] = v < total ? __ldg(p.scales + v / kLanesPerBlock) : 0;
+  }
+#pragma unroll
+  for (int k = 0; k < kUnroll; ++k) {
+    const int64_t v = first + k * kThreads;
+    if (v >= total) break;
+    float x[V];
+    if constexpr (F == BlockFormat::kNvfp4) {
+      const float sf = e4m3_decode(scales[k]);
+#pragma unroll
+      for (int i = 0; i < V; ++i) x[i] = nvfp4_decode_value((codes[k] >> (4 * i)) & 0xFu, sf, p.global_scale);
+    } else {
+      const float s = ue8m0_decode(scales[k]);
+#pragma unroll
+      for (int i = 0; i < V; ++i) x[i] = mxfp8_decode_value(static_cast<uint8_t>(codes[k] >> (8 * i)), s);
+    }
+    T* out = static_cast<T*>(p.output) + strided_offset<V>(v, vectors_per_row, p.output_row_stride);
+    *reinterpret_cast<uint4*>(out) = pack<T>(x);
   }
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) mxfp8_dequantize_kernel(DequantizeParams p) {
-  const int64_t blocks_per_row = p.cols / kMxfp8BlockElems;
-  const int64_t total = p.rows * blocks_per_row;
-  const int64_t b = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (b >= total) return;
-  const int64_t row = b / blocks_per_row, col = (b - row * blocks_per_row) * kMxfp8BlockElems;
-  const uint4* src = reinterpret_cast<const uint4*>(p.values + b * kMxfp8BlockElems);
-  uint8_t values[kMxfp8BlockElems];
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const uint4 w = __ldg(src + j);
-    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int k = 0; k < 16; ++k) values[j * 16 + k] = static_cast<uint8_t>(words[k / 4] >> (8 * (k % 4)));
-  }
-  float x[kMxfp8BlockElems];
-  mxfp8_dequantize_block(values, __ldg(p.scales + b), x);
-  store_floats<T, kMxfp8BlockElems>(static_cast<T*>(p.output) + row * p.output_row_stride + col, x);
+void launch_quantize_as(BlockFormat format, const QuantizeParams& p, unsigned grid, cudaStream_t s) {
+  if (format == BlockFormat::kNvfp4) quantize_kernel<T, BlockFormat::kNvfp4><<<grid, kThreads, 0, s>>>(p);
+  else quantize_kernel<T, BlockFormat::kMxfp8><<<grid, kThreads, 0, s>>>(p);
+}
+
+template <typename T>
+void launch_dequantize_as(BlockFormat format, const DequantizeParams& p, unsigned grid, cudaStream_t s) {
+  if (format == BlockFormat::kNvfp4) dequantize_kernel<T, BlockFormat::kNvfp4><<<grid, kThreads, 0, s>>>(p);
+  else dequantize_kernel<T, BlockFormat::kMxfp8><<<grid, kThreads, 0, s>>>(p);
 }
 
 }  // namespace
 
-cudaError_t launch_quantize(BlockFormat format, const QuantizeParams& p, unsigned grid,
-                            cudaStream_t stream) {
-  const bool bf16 = p.input_dtype == DType::kBF16;
-  if (format == BlockFormat::kNvfp4) {
-    if (bf16) nvfp4_quantize_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p);
-    else nvfp4_quantize_kernel<float><<<grid, kThreads, 0, stream>>>(p);
-  } else {
-    if (bf16) mxfp8_quantize_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p);
-    else mxfp8_quantize_kernel<float><<<grid, kThreads, 0, stream>>>(p);
-  }
+cudaError_t launch_quantize(BlockFormat format, const QuantizeParams& p, unsigned grid, cudaStream_t stream) {
+  if (p.input_dtype == DType::kBF16) launch_quantize_as<__nv_bfloat16>(format, p, grid, stream);
+  else launch_quantize_as<float>(format, p, grid, stream);
   return cudaGetLastError();
 }
 
-cudaError_t launch_dequantize(BlockFormat format, const DequantizeParams& p, unsigned grid,
-                              cudaStream_t stream) {
-  const bool bf16 = p.output_dtype == DType::kBF16;
-  if (format == BlockFormat::kNvfp4) {
-    if (bf16) nvfp4_dequantize_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p);
-    else nvfp4_dequantize_kernel<float><<<grid, kThreads, 0, stream>>>(p);
-  } else {
-    if (bf16) mxfp8_dequantize_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p);
-    else mxfp8_dequantize_kernel<float><<<grid, kThreads, 0, stream>>>(p);
-  }
+cudaError_t launch_dequantize(BlockFormat format, const DequantizeParams& p, unsigned grid, cudaStream_t stream) {
+  if (p.output_dtype == DType::kBF16) launch_dequantize_as<__nv_bfloat16>(format, p, grid, stream);
+  else launch_dequantize_as<float>(format, p, grid, stream);
   return cudaGetLastError();
 }
 
