@@ -52,15 +52,24 @@ FP4_HD float decode_magnitude(uint32_t mag) {
 // ---- E2M1: S E E M, bias 1, values +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}, no inf/NaN ----
 constexpr uint8_t kE2M1MaxCode = 0x7;
 
+// RNE against the midpoints of the value table. Ties go to the even code: 0.25 -> 0, 0.75 -> 1.0,
+// 1.25 -> 1.0, 1.75 -> 2.0, 2.5 -> 2.0, 3.5 -> 4.0, 5.0 -> 4.0 (hence > at some midpoints and
+// >= at others). Above 5 saturates to 6; NaN -> +6 as in the toolkit.
 FP4_HD uint8_t e2m1_encode(float x) {
-  const uint32_t b = float_to_bits(x), a = b & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return kE2M1MaxCode;
-  return static_cast<uint8_t>(((b >> 31) << 3) | encode_magnitude_rne_sat<1, 1, kE2M1MaxCode>(a));
+  const uint32_t b = float_to_bits(x);
+  const float a = bits_to_float(b & 0x7FFFFFFFu);
+  if (is_nan(a)) return kE2M1MaxCode;
+  const uint32_t mag = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+                       (a >= 3.5f) + (a > 5.0f);
+  return static_cast<uint8_t>(((b >> 31) << 3) | mag);
 }
 
+// The three magnitude bits, placed as an fp32 exponent-and-mantissa, give the value times
+// 2^-126 exactly (code 1, 0.5, becomes the subnormal 2^-127); one exact multiply restores it.
+// Needs denormals kept (no flush-to-zero), as every build of this code has.
 FP4_HD float e2m1_decode(uint8_t code) {
-  const float mag = decode_magnitude<1, 1>(code & 0x7u);
-  return (code & 0x8u) ? -mag : mag;
+  const uint32_t bits = (static_cast<uint32_t>(code & 0x8u) << 28) | (static_cast<uint32_t>(code & 0x7u) << 22);
+  return bits_to_float(bits) * 0x1p126f;
 }
 
 // ---- E4M3 "fn": bias 7, max 448 (0x7E), NaN 0x7F/0xFF, no inf ----

@@ -7,6 +7,8 @@ namespace fp4::cuda {
 namespace {
 
 unsigned grid_for(int64_t rows, int64_t cols, DType float_dtype) {
+  // The kernels index a row's vectors with 32-bit arithmetic.
+  FP4_CHECK(cols < (int64_t{1} << 31), "cols={} exceeds the kernels' limit of 2^31", cols);
   const int64_t grid = detail::grid_size(rows, cols, dtype_bits(float_dtype) / 8);
   FP4_CHECK(grid < (int64_t{1} << 31), "a {}x{} tensor is too large for one launch", rows, cols);
   return static_cast<unsigned>(grid);

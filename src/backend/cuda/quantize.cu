@@ -59,6 +59,9 @@ __device__ __forceinline__ void unpack(const uint4& w, float* x) {
   }
 }
 
+// bf16 output uses the hardware's paired RNE conversion, which gives bf16_encode's bits for
+// every non-NaN value and for the canonical NaN that dequantization produces (the kernel tests
+// compare every output byte with the CPU's bf16_encode).
 template <typename T>
 __device__ __forceinline__ uint4 pack(const float* x) {
   uint32_t words[4];
@@ -67,17 +70,22 @@ __device__ __forceinline__ uint4 pack(const float* x) {
     if constexpr (sizeof(T) == 4) {
       words[k] = __float_as_uint(x[k]);
     } else {
-      words[k] = static_cast<uint32_t>(bf16_encode(x[2 * k])) |
-                 (static_cast<uint32_t>(bf16_encode(x[2 * k + 1])) << 16);
+      const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
+      words[k] = *reinterpret_cast<const uint32_t*>(&h);
     }
   }
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
-// Element offset of vector v in a strided row-major matrix with `vectors_per_row` vectors of V.
+// Element offset of vector v in a row-major matrix with `vectors_per_row` vectors of V per row.
+// The branches are uniform across the grid; the 64-bit division (a long software sequence)
+// only runs for strided matrices of more than 2^32 vectors.
 template <int V>
-__device__ __forceinline__ int64_t strided_offset(int64_t v, int64_t vectors_per_row, int64_t row_stride) {
-  const int64_t row = v / vectors_per_row;
+__device__ __forceinline__ int64_t strided_offset(int64_t v, int64_t vectors_per_row, int64_t row_stride,
+                                                  bool dense) {
+  if (dense) return v * V;
+  const int64_t row = v < (int64_t{1} << 32) ? static_cast<uint32_t>(v) / static_cast<uint32_t>(vectors_per_row)
+                                             : v / vectors_per_row;
   return row * row_stride + (v - row * vectors_per_row) * V;
 }
 
@@ -89,12 +97,13 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeParams p) {
   const int64_t total = p.rows * vectors_per_row;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads * kUnroll + threadIdx.x;
   const T* input = static_cast<const T*>(p.input);
+  const bool dense = p.input_row_stride == p.cols;
 
   uint4 raw[kUnroll];
 #pragma unroll
   for (int k = 0; k < kUnroll; ++k) {
     const int64_t v = first + k * kThreads;
-    raw[k] = v < total ? __ldg(reinterpret_cast<const uint4*>(input + strided_offset<V>(v, vectors_per_row, p.input_row_stride)))
+    raw[k] = v < total ? __ldg(reinterpret_cast<const uint4*>(input + strided_offset<V>(v, vectors_per_row, p.input_row_stride, dense)))
                        : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
@@ -143,6 +152,7 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(DequantizeParams p
   const int64_t vectors_per_row = p.cols / V;
   const int64_t total = p.rows * vectors_per_row;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads * kUnroll + threadIdx.x;
+  const bool dense = p.output_row_stride == p.cols;
 
   uint64_t codes[kUnroll];
   uint8_t scales[kUnroll];
@@ -166,7 +176,7 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(DequantizeParams p
 #pragma unroll
       for (int i = 0; i < V; ++i) x[i] = mxfp8_decode_value(static_cast<uint8_t>(codes[k] >> (8 * i)), s);
     }
-    T* out = static_cast<T*>(p.output) + strided_offset<V>(v, vectors_per_row, p.output_row_stride);
+    T* out = static_cast<T*>(p.output) + strided_offset<V>(v, vectors_per_row, p.output_row_stride, dense);
     *reinterpret_cast<uint4*>(out) = pack<T>(x);
   }
 }
