@@ -83,10 +83,12 @@ FP4_HD uint8_t e4m3_encode(float x) {
   return static_cast<uint8_t>(((b >> 31) << 7) | encode_magnitude_rne_sat<3, 7, kE4M3MaxCode>(a));
 }
 
+// Same placement trick as E2M1: magnitude bits << 20 is the value times 2^-120 as an fp32
+// (E4M3 subnormals land on fp32 subnormals), restored by one exact multiply.
 FP4_HD float e4m3_decode(uint8_t code) {
   if ((code & 0x7Fu) == 0x7Fu) return quiet_nan();
-  const float mag = decode_magnitude<3, 7>(code & 0x7Fu);
-  return (code & 0x80u) ? -mag : mag;
+  const uint32_t bits = (static_cast<uint32_t>(code & 0x80u) << 24) | (static_cast<uint32_t>(code & 0x7Fu) << 20);
+  return bits_to_float(bits) * 0x1p120f;
 }
 
 // ---- E5M2: bias 15, max 57344 (0x7B), inf 0x7C, NaN 0x7D..0x7F ----

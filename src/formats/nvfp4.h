@@ -15,6 +15,8 @@
 // to NaN rather than to a silently wrong finite value.
 #pragma once
 
+#include <cmath>
+
 #include "formats/amax.h"
 #include "formats/minifloat.h"
 
@@ -46,6 +48,36 @@ FP4_HD float nvfp4_value_divisor(uint8_t scale, float global_scale) {
 
 FP4_HD uint8_t nvfp4_encode_value(float x, float divisor) {
   return divisor != 0.0f ? e2m1_encode(x / divisor) : uint8_t{0};
+}
+
+// The same code as nvfp4_encode_value, from a reciprocal computed once per block instead of
+// one division per value (for kernels, where an IEEE division is a long branchy sequence).
+// Valid when `reciprocal` = 1.0f / divisor (rounded) and the divisor lies in
+// [kFastDivisorMin, kFastDivisorMax]; callers use nvfp4_encode_value otherwise.
+// Why it is exact: q0 = x*y is within 1 ulp of x/d; when |q0| is outside [1/8, 8] the code is
+// already decided (0 or saturated, with x's sign) and the true quotient is on the same side of
+// 0.25 and 5; inside, x, d and the residual x - q0*d are normal floats, so Markstein's
+// correction q0 + (x - q0*d)*y, with both steps fused, is the correctly rounded x/d.
+constexpr float kFastDivisorMin = 0x1p-90f;
+constexpr float kFastDivisorMax = 0x1p90f;
+
+FP4_HD bool nvfp4_fast_divisor(float divisor) {
+  return divisor >= kFastDivisorMin && divisor <= kFastDivisorMax;
+}
+
+FP4_HD uint8_t nvfp4_encode_value_by_reciprocal(float x, float divisor, float reciprocal) {
+  const float q0 = x * reciprocal;
+  const uint32_t sign = (float_to_bits(x) >> 31) << 3;
+  const float a0 = bits_to_float(float_to_bits(q0) & 0x7FFFFFFFu);
+  if (a0 > 8.0f) return static_cast<uint8_t>(sign | kE2M1MaxCode);
+  if (a0 < 0.125f) return static_cast<uint8_t>(sign);
+#if defined(__CUDA_ARCH__)
+  const float residual = __fmaf_rn(-q0, divisor, x);
+  return e2m1_encode(__fmaf_rn(residual, reciprocal, q0));
+#else
+  const float residual = std::fma(-q0, divisor, x);
+  return e2m1_encode(std::fma(residual, reciprocal, q0));
+#endif
 }
 
 // A NaN scale yields the canonical quiet NaN directly: NaN arithmetic would leave

@@ -5,6 +5,7 @@
 // sequential loop). Each thread handles kUnroll vectors and issues all their loads before any
 // arithmetic, to keep enough bytes in flight to cover HBM latency.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include "backend/cuda/quantize_launch.h"
 #include "formats/mxfp8.h"
@@ -77,6 +78,12 @@ __device__ __forceinline__ uint4 pack(const float* x) {
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
+// The hardware's paired E4M3 conversion (sm_89+): the bits of e4m3_encode for every float,
+// NaN included (tests/kernels/e4m3_hardware_test.cu checks all 2^32 inputs on the device).
+__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
+}
+
 // Element offset of vector v in a row-major matrix with `vectors_per_row` vectors of V per row.
 // The branches are uniform across the grid; the 64-bit division (a long software sequence)
 // only runs for strided matrices of more than 2^32 vectors.
@@ -128,13 +135,21 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeParams p) {
     if constexpr (F == BlockFormat::kNvfp4) {
       scale = nvfp4_scale_code(amax, has_nan, p.global_scale);
       const float divisor = nvfp4_value_divisor(scale, p.global_scale);
+      if (nvfp4_fast_divisor(divisor)) {
+        const float reciprocal = 1.0f / divisor;
 #pragma unroll
-      for (int i = 0; i < V; ++i) codes |= static_cast<uint64_t>(nvfp4_encode_value(x[i], divisor)) << (4 * i);
+        for (int i = 0; i < V; ++i)
+          codes |= static_cast<uint64_t>(nvfp4_encode_value_by_reciprocal(x[i], divisor, reciprocal)) << (4 * i);
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) codes |= static_cast<uint64_t>(nvfp4_encode_value(x[i], divisor)) << (4 * i);
+      }
     } else {
       scale = mxfp8_scale_code(amax, has_nan);
+      // mxfp8_encode_value, two at a time in hardware.
       const float inverse = ue8m0_inverse(scale);
 #pragma unroll
-      for (int i = 0; i < V; ++i) codes |= static_cast<uint64_t>(mxfp8_encode_value(x[i], inverse)) << (8 * i);
+      for (int i = 0; i < V; i += 2) codes |= static_cast<uint64_t>(e4m3x2(x[i] * inverse, x[i + 1] * inverse)) << (8 * i);
     }
     if (v < total) {
       constexpr int kBytes = kCodeBytes<F, V>;

@@ -76,6 +76,38 @@ TEST(Nvfp4Block, CodesAreNearestCandidates) {
   }
 }
 
+// The kernels' division-free encoder must give nvfp4_encode_value's code for every x and every
+// divisor in its range. Random pairs, plus the hard cases: quotients at and one or two ulps
+// around each E2M1 rounding midpoint and around the 1/8 and 8 shortcuts.
+TEST(Nvfp4Block, ReciprocalEncoderMatchesDivision) {
+  auto rng = testing::seeded_rng(15);
+  std::uniform_real_distribution<float> log_d(-90.0f, 90.0f), unit(-8.5f, 8.5f);
+  const float pivots[] = {0.125f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 8.0f};
+  int64_t checked = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const float d = std::min(kFastDivisorMax, std::max(kFastDivisorMin, std::exp2(log_d(rng)) * (1.0f + unit(rng) / 17.0f)));
+    ASSERT_TRUE(nvfp4_fast_divisor(d));
+    const float y = 1.0f / d;
+    auto check = [&](float x) {
+      ASSERT_EQ(nvfp4_encode_value_by_reciprocal(x, d, y), nvfp4_encode_value(x, d))
+          << "x=" << x << " d=" << d << " x/d=" << x / d;
+      ++checked;
+    };
+    for (int i = 0; i < 50; ++i) check(unit(rng) * d);
+    for (float t : pivots) {
+      for (float sign : {1.0f, -1.0f}) {
+        float x = sign * t * d;
+        for (int k = 0; k < 3; ++k) x = std::nextafter(x, 0.0f);
+        for (int k = 0; k < 7; ++k, x = std::nextafter(x, sign * INFINITY)) check(x);
+      }
+    }
+    if (HasFatalFailure()) return;
+  }
+  for (float special : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3e38f, -3e38f, 1e-38f})
+    EXPECT_EQ(nvfp4_encode_value_by_reciprocal(special, 3.0f, 1.0f / 3.0f), nvfp4_encode_value(special, 3.0f)) << special;
+  RecordProperty("pairs_checked", std::to_string(checked));
+}
+
 TEST(Mxfp8Block, ScaleNeverClipsAndValuesAreNearest) {
   auto rng = testing::seeded_rng(12);
   for (int trial = 0; trial < 2000; ++trial) {
