@@ -58,10 +58,10 @@ constexpr uint8_t kE2M1MaxCode = 0x7;
 FP4_HD uint8_t e2m1_encode(float x) {
   const uint32_t b = float_to_bits(x);
   const float a = bits_to_float(b & 0x7FFFFFFFu);
-  if (is_nan(a)) return kE2M1MaxCode;
   const uint32_t mag = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
                        (a >= 3.5f) + (a > 5.0f);
-  return static_cast<uint8_t>(((b >> 31) << 3) | mag);
+  // A select, not an early return: kernels run this per element, and a branch would diverge.
+  return static_cast<uint8_t>(is_nan(a) ? kE2M1MaxCode : (((b >> 31) << 3) | mag));
 }
 
 // The three magnitude bits, placed as an fp32 exponent-and-mantissa, give the value times

@@ -67,17 +67,16 @@ FP4_HD bool nvfp4_fast_divisor(float divisor) {
 
 FP4_HD uint8_t nvfp4_encode_value_by_reciprocal(float x, float divisor, float reciprocal) {
   const float q0 = x * reciprocal;
+#if defined(__CUDA_ARCH__)
+  const float q1 = __fmaf_rn(__fmaf_rn(-q0, divisor, x), reciprocal, q0);
+#else
+  const float q1 = std::fma(std::fma(-q0, divisor, x), reciprocal, q0);
+#endif
+  // Selects rather than branches, so that lanes of a warp never diverge.
   const uint32_t sign = (float_to_bits(x) >> 31) << 3;
   const float a0 = bits_to_float(float_to_bits(q0) & 0x7FFFFFFFu);
-  if (a0 > 8.0f) return static_cast<uint8_t>(sign | kE2M1MaxCode);
-  if (a0 < 0.125f) return static_cast<uint8_t>(sign);
-#if defined(__CUDA_ARCH__)
-  const float residual = __fmaf_rn(-q0, divisor, x);
-  return e2m1_encode(__fmaf_rn(residual, reciprocal, q0));
-#else
-  const float residual = std::fma(-q0, divisor, x);
-  return e2m1_encode(std::fma(residual, reciprocal, q0));
-#endif
+  const uint8_t in_range = e2m1_encode(q1);
+  return static_cast<uint8_t>(a0 > 8.0f ? (sign | kE2M1MaxCode) : (a0 < 0.125f ? sign : in_range));
 }
 
 // A NaN scale yields the canonical quiet NaN directly: NaN arithmetic would leave
