@@ -10,7 +10,7 @@ namespace fp4 {
 FP4_HD void accumulate_amax(float x, float& amax, bool& has_nan) {
   const float a = bits_to_float(float_to_bits(x) & 0x7FFFFFFFu);
   has_nan |= is_nan(a);
-  amax = a > amax ? a : amax;
+  amax = a > amax ? a : amax;  // compiles to one max instruction; NaN never enters
 }
 
 }  // namespace fp4

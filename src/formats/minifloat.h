@@ -52,16 +52,21 @@ FP4_HD float decode_magnitude(uint32_t mag) {
 // ---- E2M1: S E E M, bias 1, values +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}, no inf/NaN ----
 constexpr uint8_t kE2M1MaxCode = 0x7;
 
-// RNE against the midpoints of the value table. Ties go to the even code: 0.25 -> 0, 0.75 -> 1.0,
-// 1.25 -> 1.0, 1.75 -> 2.0, 2.5 -> 2.0, 3.5 -> 4.0, 5.0 -> 4.0 (hence > at some midpoints and
-// >= at others). Above 5 saturates to 6; NaN -> +6 as in the toolkit.
+// RNE by letting the fp32 adder round: a + 2^22 has a last place of 0.5, a + 2^23 of 1 and
+// a + 2^24 of 2, exactly E2M1's spacing in [0, 2), [2, 4) and [4, 6]; the add rounds a to that
+// grid with ties to even (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4,
+// 5 -> 4), and the low bits of the sum count the steps. Above 5 saturates to 6, +-inf too;
+// NaN -> +6 as in the toolkit (NaN's bits count as "many steps"). Selects, not branches:
+// kernels run this per element and lanes must not diverge.
 FP4_HD uint8_t e2m1_encode(float x) {
   const uint32_t b = float_to_bits(x);
   const float a = bits_to_float(b & 0x7FFFFFFFu);
-  const uint32_t mag = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
-                       (a >= 3.5f) + (a > 5.0f);
-  // A select, not an early return: kernels run this per element, and a branch would diverge.
-  return static_cast<uint8_t>(is_nan(a) ? kE2M1MaxCode : (((b >> 31) << 3) | mag));
+  const uint32_t halves = float_to_bits(a + 0x1p22f) - 0x4A800000u;  // codes 0..4 = 0, .5, 1, 1.5, 2
+  const uint32_t ones = float_to_bits(a + 0x1p23f) - 0x4B000000u;    // 2, 3, 4 -> codes 4, 5, 6
+  const uint32_t twos = float_to_bits(a + 0x1p24f) - 0x4B800000u;    // 2 steps = 4.0 -> 6; more -> 7
+  const uint32_t mag = a < 2.0f ? halves : a < 4.0f ? ones + 2u : (twos >= 3u ? 7u : 6u);
+  const uint32_t sign = is_nan(a) ? 0u : (b >> 31) << 3;
+  return static_cast<uint8_t>(sign | mag);
 }
 
 // The three magnitude bits, placed as an fp32 exponent-and-mantissa, give the value times

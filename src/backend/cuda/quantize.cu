@@ -7,6 +7,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <type_traits>
+
 #include "backend/cuda/quantize_launch.h"
 #include "formats/mxfp8.h"
 #include "formats/nvfp4.h"
@@ -131,7 +133,8 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeParams p) {
       has_nan |= __shfl_xor_sync(0xFFFFFFFFu, static_cast<int>(has_nan), offset) != 0;
     }
     uint8_t scale;
-    uint64_t codes = 0;
+    // NVFP4 codes of one vector fit 32 bits; 64-bit ORs would double the integer work.
+    std::conditional_t<F == BlockFormat::kNvfp4, uint32_t, uint64_t> codes = 0;
     if constexpr (F == BlockFormat::kNvfp4) {
       scale = nvfp4_scale_code(amax, has_nan, p.global_scale);
       const float divisor = nvfp4_value_divisor(scale, p.global_scale);
@@ -139,10 +142,10 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeParams p) {
         const float reciprocal = 1.0f / divisor;
 #pragma unroll
         for (int i = 0; i < V; ++i)
-          codes |= static_cast<uint64_t>(nvfp4_encode_value_by_reciprocal(x[i], divisor, reciprocal)) << (4 * i);
+          codes |= static_cast<uint32_t>(nvfp4_encode_value_by_reciprocal(x[i], divisor, reciprocal)) << (4 * i);
       } else {
 #pragma unroll
-        for (int i = 0; i < V; ++i) codes |= static_cast<uint64_t>(nvfp4_encode_value(x[i], divisor)) << (4 * i);
+        for (int i = 0; i < V; ++i) codes |= static_cast<uint32_t>(nvfp4_encode_value(x[i], divisor)) << (4 * i);
       }
     } else {
       scale = mxfp8_scale_code(amax, has_nan);
