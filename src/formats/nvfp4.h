@@ -50,14 +50,19 @@ FP4_HD uint8_t nvfp4_encode_value(float x, float divisor) {
   return divisor != 0.0f ? e2m1_encode(x / divisor) : uint8_t{0};
 }
 
-// The same code as nvfp4_encode_value, from a reciprocal computed once per block instead of
-// one division per value (for kernels, where an IEEE division is a long branchy sequence).
-// Valid when `reciprocal` = 1.0f / divisor (rounded) and the divisor lies in
+// x / divisor rounded to the E2M1 grid, returned as a float (one of +-{0, .5, 1, 1.5, 2, 3, 4,
+// 6}); e2m1_encode of it is nvfp4_encode_value(x, divisor). It takes a reciprocal computed
+// once per block instead of one division per value, and uses floating-point operations only,
+// because kernels issue those at twice the rate of integer ones.
+// Valid when reciprocal = 1.0f / divisor (rounded) and the divisor lies in
 // [kFastDivisorMin, kFastDivisorMax]; callers use nvfp4_encode_value otherwise.
-// Why it is exact: q0 = x*y is within 1 ulp of x/d; when |q0| is outside [1/8, 8] the code is
-// already decided (0 or saturated, with x's sign) and the true quotient is on the same side of
-// 0.25 and 5; inside, x, d and the residual x - q0*d are normal floats, so Markstein's
-// correction q0 + (x - q0*d)*y, with both steps fused, is the correctly rounded x/d.
+// Why it is exact: q0 = x*y is within 1 ulp of x/d; for such q0, x, d and the residual
+// x - q0*d are normal floats or exact subnormals, so Markstein's correction q0 + (x - q0*d)*y,
+// with both steps fused, is the correctly rounded x/d. Where that fails (q0 overflows, or the
+// quotient is tiny) the result is NaN or tiny, and the rounding below maps it to +-6 or +-0
+// with x's sign, which is what the true quotient rounds to as well. The grid rounding lets the
+// fp32 adder do the work: |q| + 2^22 (2^23, 2^24) has a last place of 0.5 (1, 2), E2M1's
+// spacing in [0, 2) ([2, 4), [4, 6]), so the add rounds to the grid with ties to even.
 constexpr float kFastDivisorMin = 0x1p-90f;
 constexpr float kFastDivisorMax = 0x1p90f;
 
@@ -65,18 +70,19 @@ FP4_HD bool nvfp4_fast_divisor(float divisor) {
   return divisor >= kFastDivisorMin && divisor <= kFastDivisorMax;
 }
 
-FP4_HD uint8_t nvfp4_encode_value_by_reciprocal(float x, float divisor, float reciprocal) {
+FP4_HD float nvfp4_round_by_reciprocal(float x, float divisor, float reciprocal) {
   const float q0 = x * reciprocal;
 #if defined(__CUDA_ARCH__)
   const float q1 = __fmaf_rn(__fmaf_rn(-q0, divisor, x), reciprocal, q0);
+  const float a = fabsf(q1);
 #else
   const float q1 = std::fma(std::fma(-q0, divisor, x), reciprocal, q0);
+  const float a = std::fabs(q1);
 #endif
-  // Selects rather than branches, so that lanes of a warp never diverge.
-  const uint32_t sign = (float_to_bits(x) >> 31) << 3;
-  const float a0 = bits_to_float(float_to_bits(q0) & 0x7FFFFFFFu);
-  const uint8_t in_range = e2m1_encode(q1);
-  return static_cast<uint8_t>(a0 > 8.0f ? (sign | kE2M1MaxCode) : (a0 < 0.125f ? sign : in_range));
+  const float magic = a < 2.0f ? 0x1p22f : (a < 4.0f ? 0x1p23f : 0x1p24f);
+  const float on_grid = (a + magic) - magic;
+  const float magnitude = on_grid < kE2M1Max ? on_grid : kE2M1Max;  // NaN -> 6 as well
+  return bits_to_float(float_to_bits(magnitude) | (float_to_bits(x) & 0x80000000u));
 }
 
 // A NaN scale yields the canonical quiet NaN directly: NaN arithmetic would leave

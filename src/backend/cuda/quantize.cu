@@ -86,6 +86,35 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
   return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
 }
 
+__device__ __forceinline__ uint8_t e4m3(float x) {
+  return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+}
+
+__device__ __forceinline__ float max_propagating_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+// E2M1 codes of V values that already lie on the E2M1 grid, packed low nibble first. Each
+// value times 2^-6 is an exact E4M3 number whose byte is sign<<7 | code<<2 (the E2M1-to-E4M3
+// bit placement), so the hardware's paired conversion does the encoding and a few integer
+// operations per four values gather the nibbles.
+template <int V>
+__device__ __forceinline__ uint32_t e2m1_codes(const float* grid) {
+  uint32_t words[V / 4];
+#pragma unroll
+  for (int w = 0; w < V / 4; ++w) {
+    const uint32_t lo = e4m3x2(grid[4 * w] * 0x1p-6f, grid[4 * w + 1] * 0x1p-6f);
+    const uint32_t hi = e4m3x2(grid[4 * w + 2] * 0x1p-6f, grid[4 * w + 3] * 0x1p-6f);
+    const uint32_t bytes = lo | (hi << 16);
+    const uint32_t nibbles = ((bytes >> 2) & 0x07070707u) | ((bytes >> 4) & 0x08080808u);
+    words[w] = nibbles | (nibbles >> 4);  // bytes 0 and 2 now hold two codes each
+  }
+  if constexpr (V == 8) return __byte_perm(words[0], words[1], 0x6420);
+  else return __byte_perm(words[0], 0, 0x20);
+}
+
 // Element offset of vector v in a row-major matrix with `vectors_per_row` vectors of V per row.
 // The branches are uniform across the grid; the 64-bit division (a long software sequence)
 // only runs for strided matrices of more than 2^32 vectors.
@@ -120,29 +149,28 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeParams p) {
     const int64_t v = first + k * kThreads;
     float x[V];
     unpack<T>(raw[k], x);
+    // max.NaN propagates NaN, so one instruction per value both finds amax and flags a NaN;
+    // without a NaN the result equals accumulate_amax's exactly (max is order-free).
     float amax = 0.0f;
-    bool has_nan = false;
 #pragma unroll
-    for (int i = 0; i < V; ++i) accumulate_amax(x[i], amax, has_nan);
+    for (int i = 0; i < V; ++i) amax = max_propagating_nan(amax, fabsf(x[i]));
     // Lanes of one quantization block are kLanesPerBlock consecutive, aligned lanes (rows hold
     // whole blocks), and every lane of the warp takes part, active or not.
 #pragma unroll
-    for (int offset = 1; offset < kLanesPerBlock; offset <<= 1) {
-      const float other = __shfl_xor_sync(0xFFFFFFFFu, amax, offset);
-      amax = other > amax ? other : amax;
-      has_nan |= __shfl_xor_sync(0xFFFFFFFFu, static_cast<int>(has_nan), offset) != 0;
-    }
+    for (int offset = 1; offset < kLanesPerBlock; offset <<= 1)
+      amax = max_propagating_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+    const bool has_nan = is_nan(amax);
     uint8_t scale;
-    // NVFP4 codes of one vector fit 32 bits; 64-bit ORs would double the integer work.
     std::conditional_t<F == BlockFormat::kNvfp4, uint32_t, uint64_t> codes = 0;
     if constexpr (F == BlockFormat::kNvfp4) {
-      scale = nvfp4_scale_code(amax, has_nan, p.global_scale);
+      scale = has_nan ? kE4M3NaN : e4m3(amax / (kE2M1Max * p.global_scale));  // nvfp4_scale_code
       const float divisor = nvfp4_value_divisor(scale, p.global_scale);
       if (nvfp4_fast_divisor(divisor)) {
         const float reciprocal = 1.0f / divisor;
+        float grid[V];
 #pragma unroll
-        for (int i = 0; i < V; ++i)
-          codes |= static_cast<uint32_t>(nvfp4_encode_value_by_reciprocal(x[i], divisor, reciprocal)) << (4 * i);
+        for (int i = 0; i < V; ++i) grid[i] = nvfp4_round_by_reciprocal(x[i], divisor, reciprocal);
+        codes = e2m1_codes<V>(grid);
       } else {
 #pragma unroll
         for (int i = 0; i < V; ++i) codes |= static_cast<uint32_t>(nvfp4_encode_value(x[i], divisor)) << (4 * i);

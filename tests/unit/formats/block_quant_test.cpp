@@ -76,8 +76,8 @@ TEST(Nvfp4Block, CodesAreNearestCandidates) {
   }
 }
 
-// The kernels' division-free encoder must give nvfp4_encode_value's code for every x and every
-// divisor in its range. Random pairs, plus the hard cases: quotients at and one or two ulps
+// The kernels' division-free rounding must give nvfp4_encode_value's code for every x and
+// every divisor in its range (NaN inputs never reach it: a NaN makes the divisor NaN). Random pairs, plus the hard cases: quotients at and one or two ulps
 // around each E2M1 rounding midpoint and around the 1/8 and 8 shortcuts.
 TEST(Nvfp4Block, ReciprocalEncoderMatchesDivision) {
   auto rng = testing::seeded_rng(15);
@@ -89,7 +89,7 @@ TEST(Nvfp4Block, ReciprocalEncoderMatchesDivision) {
     ASSERT_TRUE(nvfp4_fast_divisor(d));
     const float y = 1.0f / d;
     auto check = [&](float x) {
-      ASSERT_EQ(nvfp4_encode_value_by_reciprocal(x, d, y), nvfp4_encode_value(x, d))
+      ASSERT_EQ(e2m1_encode(nvfp4_round_by_reciprocal(x, d, y)), nvfp4_encode_value(x, d))
           << "x=" << x << " d=" << d << " x/d=" << x / d;
       ++checked;
     };
@@ -103,8 +103,11 @@ TEST(Nvfp4Block, ReciprocalEncoderMatchesDivision) {
     }
     if (HasFatalFailure()) return;
   }
-  for (float special : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3e38f, -3e38f, 1e-38f})
-    EXPECT_EQ(nvfp4_encode_value_by_reciprocal(special, 3.0f, 1.0f / 3.0f), nvfp4_encode_value(special, 3.0f)) << special;
+  // Overflowing and vanishing quotients at both ends of the divisor range.
+  for (float d : {kFastDivisorMin, 1e-20f, 3.0f, 1e20f, kFastDivisorMax})
+    for (float special : {0.0f, -0.0f, INFINITY, -INFINITY, 3e38f, -3e38f, 1e-38f, -1e-38f, 1e-45f, -1e-45f})
+      EXPECT_EQ(e2m1_encode(nvfp4_round_by_reciprocal(special, d, 1.0f / d)), nvfp4_encode_value(special, d))
+          << special << " / " << d;
   RecordProperty("pairs_checked", std::to_string(checked));
 }
 
