@@ -133,71 +133,59 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeParams p) {
   constexpr int kLanesPerBlock = kBlockElems<F> / V;
   const int64_t vectors_per_row = p.cols / V;
   const int64_t total = p.rows * vectors_per_row;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads * kUnroll + threadIdx.x;
   const T* input = static_cast<const T*>(p.input);
   const bool dense = p.input_row_stride == p.cols;
-  const int64_t tiles = (total + kThreads * kUnroll - 1) / (kThreads * kUnroll);
 
-  // A persistent grid walks the tiles; each thread loads its next tile before converting the
-  // current one, so that memory traffic and arithmetic overlap inside every warp.
-  auto load_tile = [&](int64_t tile, uint4* raw) {
+  uint4 raw[kUnroll];
 #pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      const int64_t v = tile * kThreads * kUnroll + k * kThreads + threadIdx.x;
-      raw[k] = v < total ? __ldg(reinterpret_cast<const uint4*>(input + strided_offset<V>(v, vectors_per_row, p.input_row_stride, dense)))
-                         : make_uint4(0, 0, 0, 0);
-    }
-  };
-  uint4 next[kUnroll];
-  if (blockIdx.x < tiles) load_tile(blockIdx.x, next);
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    uint4 raw[kUnroll];
+  for (int k = 0; k < kUnroll; ++k) {
+    const int64_t v = first + k * kThreads;
+    raw[k] = v < total ? __ldg(reinterpret_cast<const uint4*>(input + strided_offset<V>(v, vectors_per_row, p.input_row_stride, dense)))
+                       : make_uint4(0, 0, 0, 0);
+  }
 #pragma unroll
-    for (int k = 0; k < kUnroll; ++k) raw[k] = next[k];
-    if (tile + gridDim.x < tiles) load_tile(tile + gridDim.x, next);
-    const int64_t first = tile * kThreads * kUnroll + threadIdx.x;
+  for (int k = 0; k < kUnroll; ++k) {
+    const int64_t v = first + k * kThreads;
+    float x[V];
+    unpack<T>(raw[k], x);
+    // max.NaN propagates NaN, so one instruction per value both finds amax and flags a NaN;
+    // without a NaN the result equals accumulate_amax's exactly (max is order-free).
+    float amax = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      const int64_t v = first + k * kThreads;
-      float x[V];
-      unpack<T>(raw[k], x);
-      // max.NaN propagates NaN, so one instruction per value both finds amax and flags a NaN;
-      // without a NaN the result equals accumulate_amax's exactly (max is order-free).
-      float amax = 0.0f;
+    for (int i = 0; i < V; ++i) amax = max_propagating_nan(amax, fabsf(x[i]));
+    // Lanes of one quantization block are kLanesPerBlock consecutive, aligned lanes (rows hold
+    // whole blocks), and every lane of the warp takes part, active or not.
 #pragma unroll
-      for (int i = 0; i < V; ++i) amax = max_propagating_nan(amax, fabsf(x[i]));
-      // Lanes of one quantization block are kLanesPerBlock consecutive, aligned lanes (rows hold
-      // whole blocks), and every lane of the warp takes part, active or not.
+    for (int offset = 1; offset < kLanesPerBlock; offset <<= 1)
+      amax = max_propagating_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+    const bool has_nan = is_nan(amax);
+    uint8_t scale;
+    std::conditional_t<F == BlockFormat::kNvfp4, uint32_t, uint64_t> codes = 0;
+    if constexpr (F == BlockFormat::kNvfp4) {
+      scale = has_nan ? kE4M3NaN : e4m3(amax / (kE2M1Max * p.global_scale));  // nvfp4_scale_code
+      const float divisor = nvfp4_value_divisor(scale, p.global_scale);
+      if (nvfp4_fast_divisor(divisor)) {
+        const float reciprocal = 1.0f / divisor;
+        float grid[V];
 #pragma unroll
-      for (int offset = 1; offset < kLanesPerBlock; offset <<= 1)
-        amax = max_propagating_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
-      const bool has_nan = is_nan(amax);
-      uint8_t scale;
-      std::conditional_t<F == BlockFormat::kNvfp4, uint32_t, uint64_t> codes = 0;
-      if constexpr (F == BlockFormat::kNvfp4) {
-        scale = has_nan ? kE4M3NaN : e4m3(amax / (kE2M1Max * p.global_scale));  // nvfp4_scale_code
-        const float divisor = nvfp4_value_divisor(scale, p.global_scale);
-        if (nvfp4_fast_divisor(divisor)) {
-          const float reciprocal = 1.0f / divisor;
-          float grid[V];
-#pragma unroll
-          for (int i = 0; i < V; ++i) grid[i] = nvfp4_round_by_reciprocal(x[i], divisor, reciprocal);
-          codes = e2m1_codes<V>(grid);
-        } else {
-#pragma unroll
-          for (int i = 0; i < V; ++i) codes |= static_cast<uint32_t>(nvfp4_encode_value(x[i], divisor)) << (4 * i);
-        }
+        for (int i = 0; i < V; ++i) grid[i] = nvfp4_round_by_reciprocal(x[i], divisor, reciprocal);
+        codes = e2m1_codes<V>(grid);
       } else {
-        scale = mxfp8_scale_code(amax, has_nan);
-        // mxfp8_encode_value, two at a time in hardware.
-        const float inverse = ue8m0_inverse(scale);
 #pragma unroll
-        for (int i = 0; i < V; i += 2) codes |= static_cast<uint64_t>(e4m3x2(x[i] * inverse, x[i + 1] * inverse)) << (8 * i);
+        for (int i = 0; i < V; ++i) codes |= static_cast<uint32_t>(nvfp4_encode_value(x[i], divisor)) << (4 * i);
       }
-      if (v < total) {
-        constexpr int kBytes = kCodeBytes<F, V>;
-        store_bytes<kBytes>(p.values + v * kBytes, codes);
-        if (threadIdx.x % kLanesPerBlock == 0) p.scales[v / kLanesPerBlock] = scale;
-      }
+    } else {
+      scale = mxfp8_scale_code(amax, has_nan);
+      // mxfp8_encode_value, two at a time in hardware.
+      const float inverse = ue8m0_inverse(scale);
+#pragma unroll
+      for (int i = 0; i < V; i += 2) codes |= static_cast<uint64_t>(e4m3x2(x[i] * inverse, x[i + 1] * inverse)) << (8 * i);
+    }
+    if (v < total) {
+      constexpr int kBytes = kCodeBytes<F, V>;
+      store_bytes<kBytes>(p.values + v * kBytes, codes);
+      if (threadIdx.x % kLanesPerBlock == 0) p.scales[v / kLanesPerBlock] = scale;
     }
   }
 }
@@ -239,26 +227,10 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(DequantizeParams p
   }
 }
 
-// Persistent grid: as many CTAs as fit on the device at once, at most one per tile.
-template <typename Kernel>
-unsigned persistent_grid(Kernel kernel, unsigned tiles) {
-  int device = 0, sms = 0, per_sm = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
-  const unsigned resident = static_cast<unsigned>(sms * (per_sm > 0 ? per_sm : 1));
-  return tiles < resident ? tiles : resident;
-}
-
 template <typename T>
-void launch_quantize_as(BlockFormat format, const QuantizeParams& p, unsigned tiles, cudaStream_t s) {
-  if (format == BlockFormat::kNvfp4) {
-    auto kernel = quantize_kernel<T, BlockFormat::kNvfp4>;
-    kernel<<<persistent_grid(kernel, tiles), kThreads, 0, s>>>(p);
-  } else {
-    auto kernel = quantize_kernel<T, BlockFormat::kMxfp8>;
-    kernel<<<persistent_grid(kernel, tiles), kThreads, 0, s>>>(p);
-  }
+void launch_quantize_as(BlockFormat format, const QuantizeParams& p, unsigned grid, cudaStream_t s) {
+  if (format == BlockFormat::kNvfp4) quantize_kernel<T, BlockFormat::kNvfp4><<<grid, kThreads, 0, s>>>(p);
+  else quantize_kernel<T, BlockFormat::kMxfp8><<<grid, kThreads, 0, s>>>(p);
 }
 
 template <typename T>
