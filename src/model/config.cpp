@@ -1,0 +1,205 @@
+#include "model/config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/check.h"
+
+namespace fp4::model {
+namespace {
+
+using nlohmann::json;
+
+// Reads typed values out of one JSON object and names the key's full path when one is wrong.
+class Fields {
+ public:
+  Fields(const json& object, std::string prefix, const std::string& source)
+      : object_(object), prefix_(std::move(prefix)), source_(source) {}
+
+  std::string path(const std::string& key) const { return prefix_ + key; }
+  const json* find(const std::string& key) const {
+    auto it = object_.find(key);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  int64_t positive(const std::string& key) const {
+    const json* v = find(key);
+    FP4_CHECK(v != nullptr, "{}: {} is missing (expected a positive integer)", source_, path(key));
+    return checked_positive(*v, key);
+  }
+  int64_t positive_or(const std::string& key, int64_t fallback) const {
+    const json* v = find(key);
+    return v == nullptr ? fallback : checked_positive(*v, key);
+  }
+  bool flag_or(const std::string& key, bool fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    FP4_CHECK(v->is_boolean(), "{}: {} is {}, expected true or false", source_, path(key),
+              v->dump());
+    return v->get<bool>();
+  }
+  // A per-layer list of 0/1 (or booleans) with exactly `layers` entries.
+  std::vector<bool> layer_flags(const std::string& key, int64_t layers) const {
+    const json* v = find(key);
+    FP4_CHECK(v != nullptr, "{}: {} is missing (expected a list of {} entries of 0 or 1)",
+              source_, path(key), layers);
+    FP4_CHECK(v->is_array() && static_cast<int64_t>(v->size()) == layers,
+              "{}: {} must be a list of num_hidden_layers = {} entries of 0 or 1, got {}",
+              source_, path(key), layers,
+              v->is_array() ? std::to_string(v->size()) + " entries" : v->dump());
+    std::vector<bool> flags;
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& e = (*v)[i];
+      const bool ok = e.is_boolean() || (e.is_number_integer() && (e == 0 || e == 1));
+      FP4_CHECK(ok, "{}: {}[{}] is {}, expected 0 or 1", source_, path(key), i, e.dump());
+      flags.push_back(e.is_boolean() ? e.get<bool>() : e.get<int>() == 1);
+    }
+    return flags;
+  }
+
+ private:
+  int64_t checked_positive(const json& v, const std::string& key) const {
+    FP4_CHECK(v.is_number_integer() && v.get<int64_t>() > 0,
+              "{}: {} is {}, expected a positive integer", source_, path(key), v.dump());
+    return v.get<int64_t>();
+  }
+
+  const json& object_;
+  std::string prefix_;
+  const std::string& source_;
+};
+
+void parse_feed_forward(const Fields& f, ModelConfig& c) {
+  int64_t experts = f.positive_or("num_local_experts", 0);
+  if (experts == 0) experts = f.positive_or("num_experts", 0);
+  if (experts == 0) {  // a dense model: every layer has one MLP of intermediate_size
+    c.moe_layer.assign(static_cast<size_t>(c.num_layers), false);
+    c.dense_intermediate_size = f.positive("intermediate_size");
+    return;
+  }
+  c.num_experts = experts;
+  c.num_experts_per_tok = f.positive("num_experts_per_tok");
+  c.routing_bias = f.flag_or("use_routing_bias", false);
+  FP4_CHECK(c.num_experts_per_tok <= experts, "{}: {} = {} exceeds the {} experts", c.source,
+            f.path("num_experts_per_tok"), c.num_experts_per_tok, experts);
+  c.moe_layer = f.find("moe_layer_freq") != nullptr
+                    ? f.layer_flags("moe_layer_freq", c.num_layers)
+                    : std::vector<bool>(static_cast<size_t>(c.num_layers), true);
+  // MiniMax names the expert width intermediate_size and the dense MLP's
+  // dense_intermediate_size; Qwen-style configs use moe_intermediate_size and intermediate_size.
+  const bool qwen_names = f.find("moe_intermediate_size") != nullptr;
+  c.moe_intermediate_size = f.positive(qwen_names ? "moe_intermediate_size" : "intermediate_size");
+  if (c.count_moe_layers() < c.num_layers) {
+    c.dense_intermediate_size =
+        f.positive(qwen_names ? "intermediate_size" : "dense_intermediate_size");
+  }
+  if (f.find("shared_intermediate_size") != nullptr) {
+    c.shared_intermediate_size = f.positive("shared_intermediate_size");
+  } else if (f.find("shared_expert_intermediate_size") != nullptr) {
+    c.shared_intermediate_size = f.positive("shared_expert_intermediate_size");
+  } else {
+    c.shared_intermediate_size = f.positive_or("n_shared_experts", 0) * c.moe_intermediate_size;
+  }
+}
+
+void parse_sparse_attention(const json& text, const std::string& prefix, ModelConfig& c) {
+  c.sparse_layer.assign(static_cast<size_t>(c.num_layers), false);
+  auto it = text.find("sparse_attention_config");
+  if (it == text.end() || it->is_null()) return;
+  FP4_CHECK(it->is_object(), "{}: {}sparse_attention_config is {}, expected an object",
+            c.source, prefix, it->dump());
+  const Fields sparse(*it, prefix + "sparse_attention_config.", c.source);
+  if (!sparse.flag_or("use_sparse_attention", false)) return;
+  c.sparse_layer = sparse.layer_flags("sparse_attention_freq", c.num_layers);
+  c.index_head_dim = sparse.positive("sparse_index_dim");
+  c.num_index_heads = sparse.positive("sparse_num_index_heads");
+  c.sparse_block_size = sparse.positive("sparse_block_size");
+}
+
+}  // namespace
+
+int64_t ModelConfig::count_moe_layers() const {
+  int64_t n = 0;
+  for (bool b : moe_layer) n += b;
+  return n;
+}
+
+int64_t ModelConfig::count_sparse_layers() const {
+  int64_t n = 0;
+  for (bool b : sparse_layer) n += b;
+  return n;
+}
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON ({})", source, e.what());
+  }
+  FP4_CHECK(root.is_object(), "{}: expected a JSON object at the top level", source);
+  ModelConfig c;
+  c.source = source;
+  if (auto a = root.find("architectures"); a != root.end() && a->is_array() && !a->empty() &&
+                                           (*a)[0].is_string()) {
+    c.architecture = (*a)[0].get<std::string>();
+  }
+  const bool nested = root.contains("text_config") && !root["text_config"].is_null();
+  FP4_CHECK(!nested || root["text_config"].is_object(), "{}: text_config is {}, expected an object",
+            source, root["text_config"].dump());
+  const json& text = nested ? root["text_config"] : root;
+  const std::string prefix = nested ? "text_config." : "";
+  const Fields f(text, prefix, c.source);
+
+  c.hidden_size = f.positive("hidden_size");
+  c.num_layers = f.positive("num_hidden_layers");
+  c.num_heads = f.positive("num_attention_heads");
+  c.num_kv_heads = f.positive_or("num_key_value_heads", c.num_heads);
+  FP4_CHECK(c.num_heads % c.num_kv_heads == 0,
+            "{}: {} = {} is not a multiple of {} = {}", source, f.path("num_attention_heads"),
+            c.num_heads, f.path("num_key_value_heads"), c.num_kv_heads);
+  if (f.find("head_dim") == nullptr) {
+    FP4_CHECK(c.hidden_size % c.num_heads == 0,
+              "{}: {} is missing and hidden_size {} is not a multiple of {} heads", source,
+              f.path("head_dim"), c.hidden_size, c.num_heads);
+  }
+  c.head_dim = f.positive_or("head_dim", c.hidden_size / c.num_heads);
+  c.vocab_size = f.positive("vocab_size");
+  c.tie_word_embeddings = f.flag_or("tie_word_embeddings", false);
+  c.max_position_embeddings = f.positive_or("max_position_embeddings", 0);
+  c.qk_norm = f.flag_or("use_qk_norm", false);
+  parse_feed_forward(f, c);
+  parse_sparse_attention(text, prefix, c);
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path file = path;
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) file /= "config.json";
+  std::ifstream in(file, std::ios::binary);
+  FP4_CHECK(in.good(), "cannot read model config {}", file.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_model_config(text.str(), file.string());
+}
+
+kvcache::KvGeometry kv_geometry(const ModelConfig& c) {
+  const int64_t sparse = c.count_sparse_layers();
+  FP4_CHECK(sparse == 0 || c.sparse_block_size == kvcache::kPageTokens,
+            "{}: sparse_block_size {} differs from the {}-token KV page; one page must be one "
+            "MSA block", c.source, c.sparse_block_size, kvcache::kPageTokens);
+  kvcache::KvGeometry g;
+  g.num_kv_heads = static_cast<int>(c.num_kv_heads);
+  g.head_dim = static_cast<int>(c.head_dim);
+  g.num_dense_layers = static_cast<int>(c.num_layers - sparse);
+  g.num_sparse_layers = static_cast<int>(sparse);
+  g.index_head_dim = static_cast<int>(c.index_head_dim);
+  g.page_tokens = kvcache::kPageTokens;
+  return g;
+}
+
+}  // namespace fp4::model

@@ -1,0 +1,139 @@
+"""Runs the built fp4serve binary: `plan --json` output, the table, and flag errors.
+
+Usage: plan_cli_test.py <path to fp4serve>. Standard library only.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+LAUNCH = ["--gpu", "b300", "--dep", "4", "--max-model-len", "256k"]
+
+
+def run(binary, args, cwd):
+    return subprocess.run([binary, "plan", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60)
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> (dtype, shape, bytes per element). Data is zeros."""
+    header, offset = {}, 0
+    for name, (dtype, shape, size) in tensors.items():
+        n = size
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + bytes(offset))
+    return offset
+
+
+def check_checkpoint(binary, cwd):
+    """--checkpoint: sizes from the headers, config.json from the same directory."""
+    ckpt = os.path.join(cwd, "tiny-moe")
+    os.mkdir(ckpt)
+    config = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "vocab_size": 100, "num_local_experts": 4,
+              "num_experts_per_tok": 2, "intermediate_size": 32,
+              "max_position_embeddings": 4096}
+    with open(os.path.join(ckpt, "config.json"), "w") as f:
+        json.dump(config, f)
+    rest = write_safetensors(os.path.join(ckpt, "model-00001-of-00002.safetensors"), {
+        "model.embed_tokens.weight": ("BF16", [100, 64], 2),
+        "model.layers.0.self_attn.q_proj.weight": ("F8_E4M3", [64, 64], 1),
+        "model.layers.0.input_layernorm.weight": ("BF16", [64], 2),
+        "lm_head.weight": ("BF16", [100, 64], 2),
+    })
+    experts = write_safetensors(os.path.join(ckpt, "model-00002-of-00002.safetensors"), {
+        f"model.layers.{l}.block_sparse_moe.experts.{e}.w1.weight": ("U8", [32, 32], 1)
+        for l in range(2) for e in range(4)
+    })
+    p = run(binary, ["--checkpoint", ckpt, "--dep", "2", "--gpu-memory-gb", "1",
+                     "--reserve-gb", "0.1", "--max-model-len", "1k", "--json"], cwd)
+    check(p.returncode == 0, f"--checkpoint failed: {p.stderr}")
+    j = json.loads(p.stdout)
+    check(j["weights_bytes_total"] == rest + experts, j["weights_bytes_total"])
+    check(j["weights_bytes_per_gpu"] == rest + experts // 2, j["weights_bytes_per_gpu"])
+    check(j["quantization"] is None, j["quantization"])
+    # 2 layers x K and V x 2 heads x 8 dims x 2 bytes.
+    check(j["kv_bytes_per_token"] == 2 * 2 * 2 * 8 * 2, j["kv_bytes_per_token"])
+    check(j["index_cache_bytes_per_token"] == 0, j["index_cache_bytes_per_token"])
+
+
+def main():
+    binary = sys.argv[1]
+    # Run from an empty directory: the presets must be compiled in, not read from the tree.
+    with tempfile.TemporaryDirectory() as cwd:
+        p = run(binary, ["--model", "minimax-m3.1-flash", "--json", "--kv-cache-dtype", "nvfp4",
+                         "--index-cache-dtype", "nvfp4", *LAUNCH], cwd)
+        check(p.returncode == 0, f"plan --json failed: {p.returncode} {p.stderr}")
+        j = json.loads(p.stdout)
+        check(j["kv_bytes_per_token"] == 34560, j["kv_bytes_per_token"])
+        check(j["index_cache_bytes_per_token"] == 4320, j["index_cache_bytes_per_token"])
+        check(j["parallelism"] == {"label": "DEP4", "dp": 4, "tp": 1, "ep": 4, "num_gpus": 4},
+              j["parallelism"])
+        # Routed experts are a quarter per GPU; everything else is a full copy per rank.
+        experts = next(c for c in j["weights"] if c["class"] == "routed experts")
+        check(experts["bytes_per_gpu"] * 4 == experts["bytes_total"], experts)
+        check(j["weights_bytes_per_gpu"] ==
+              j["weights_bytes_total"] - experts["bytes_total"] + experts["bytes_per_gpu"],
+              "per-GPU weights are not replica + experts/4")
+        check(j["kv_budget_bytes_per_gpu"] ==
+              j["usable_bytes_per_gpu"] - j["weights_bytes_per_gpu"] - j["reserve"]["bytes"],
+              "the KV budget is not usable - weights - reserve")
+        pages = j["kv_budget_bytes_per_gpu"] // j["page_bytes_per_gpu"]
+        check(j["pages_per_rank"] == pages, "pages")
+        check(j["pages_per_sequence"] == 2048, j["pages_per_sequence"])
+        check(j["max_concurrency_per_rank"] == pages // 2048, "concurrency per rank")
+        check(j["max_concurrency_total"] == 4 * j["max_concurrency_per_rank"], "total")
+        check(j["max_concurrency_total"] == 68, j["max_concurrency_total"])
+        check(j["vllm_log_lines"][0] == f"GPU KV cache size: {pages * 128:,} tokens",
+              j["vllm_log_lines"])
+
+        # The launch report's accounting (no index cache): 28 -> 76.
+        totals = []
+        for model, kv in (("minimax-m3", "fp8"), ("minimax-m3.1-flash", "nvfp4")):
+            p = run(binary, ["--model", model, "--kv-cache-dtype", kv, "--index-cache-dtype",
+                             "none", "--json", *LAUNCH], cwd)
+            check(p.returncode == 0, p.stderr)
+            totals.append(json.loads(p.stdout)["max_concurrency_total"])
+        check(totals == [28, 76], totals)
+
+        p = run(binary, ["--model", "minimax-m3", "--kv-cache-dtype", "fp8", *LAUNCH], cwd)
+        check(p.returncode == 0, p.stderr)
+        for text in ("Maximum concurrency for 262,144 tokens per request: ",
+                     "GPU KV cache size: ", "max concurrent sequences: 6 per rank x 4 rank(s) = 24",
+                     "Assumptions"):
+            check(text in p.stdout, f"table lacks {text!r}:\n{p.stdout}")
+
+        errors = [
+            (["--model", "minimax-m3", "--dep", "4", "--tp", "2"], "--dep 4 means"),
+            (["--model", "nope"], "neither a file nor a built-in preset"),
+            (["--model", "minimax-m3", "--gpu", "a100"], "--gpu 'a100'"),
+            (["--model", "minimax-m3", "--max-model-len", "12q"], "--max-model-len '12q'"),
+            (["--model", "minimax-m3", "--checkpoint", cwd], "either --checkpoint or"),
+        ]
+        errors[-1][0].extend(["--weights-bytes", "1GB"])
+        for args, expected in errors:
+            p = run(binary, args, cwd)
+            check(p.returncode == 1, f"{args}: exit {p.returncode}, expected 1")
+            check(expected in p.stderr, f"{args}: stderr {p.stderr!r} lacks {expected!r}")
+
+        # A deployment that cannot hold one sequence prints the plan and exits 1.
+        p = run(binary, ["--model", "minimax-m3", "--gpu", "h100", "--tp", "8"], cwd)
+        check(p.returncode == 1 and "DOES NOT FIT" in p.stdout, p.stdout + p.stderr)
+        check_checkpoint(binary, cwd)
+    print("plan CLI: all checks passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+// `fp4serve plan` end to end below the command line: the launch-report capacity table, flag
+// resolution and its errors.
+#include <gtest/gtest.h>
+
+#include "core/check.h"
+#include "tools/fp4serve/plan.h"
+
+namespace fp4::cli::plan {
+namespace {
+
+Options launch(const char* model, const char* kv, const char* index) {
+  Options o;
+  o.model = model;
+  o.gpu = "b300";
+  o.dep = 4;
+  o.max_model_len = "256k";
+  o.kv_cache_dtype = kv;
+  o.index_cache_dtype = index;
+  return o;
+}
+
+template <typename Fn>
+void expect_error(Fn fn, std::initializer_list<const char*> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error thrown";
+  } catch (const Error& e) {
+    for (const char* part : parts) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+          << "message '" << e.what() << "' lacks '" << part << "'";
+    }
+  }
+}
+
+// The launch report: 4 x B300, DEP4, 256K-token sequences: 28 sequences for M3 with an FP8 KV
+// cache, 76 for M3.1-Flash with NVFP4 (about 2.7x). Derivation, per GPU (= per DP rank):
+//   usable   = ceil(275,040 MiB x 0.9)                                  = 259.56 GB
+//   weights  = non-expert copy + 32 of 128 experts: M3 (mxfp8) 126.27 GB, M3.1 77.87 GB
+//   reserve  = activation estimate 1.77 GB + 4 GB runtime overhead     =   5.77 GB
+//   KV       = usable - weights - reserve: M3 127.53 GB, M3.1 175.93 GB
+//   sequence = 2,048 pages of 128 tokens x the per-token bytes of every layer.
+// The report's per-token figures (61,440 and 34,560 B) leave out the MSA index cache, and its
+// capacities only come out that way too: M3 16.11 GB per sequence -> 7.92 -> 7 per rank = 28;
+// M3.1 9.06 GB -> 19.42 -> 19 per rank = 76. Counting the index cache (bf16 for M3, nvfp4 for
+// M3.1) gives 24 and 68 instead (FullAccountingCountsTheIndexCache). Under the report's
+// accounting both numbers hold for any reserve between 4.44 GB (below it M3 gets 8 per rank)
+// and 9.56 GB (above it M3.1 gets 18), which ReportNumbersHoldAcrossTheReserveWindow checks.
+TEST(LaunchTable, ReproducesTheReportWithoutTheIndexCache) {
+  const Result m3 = compute_plan(launch("minimax-m3", "fp8", "none"));
+  const Result m31 = compute_plan(launch("minimax-m3.1-flash", "nvfp4", "none"));
+  EXPECT_EQ(m3.layout_model.kv_bytes_per_token(), 61'440);
+  EXPECT_EQ(m31.layout_model.kv_bytes_per_token(), 34'560);
+  EXPECT_EQ(m3.pool.pages_per_seq, 2048);
+  EXPECT_EQ(m3.max_concurrency_per_rank, 7);
+  EXPECT_EQ(m3.max_concurrency_total, 28);
+  EXPECT_EQ(m31.max_concurrency_per_rank, 19);
+  EXPECT_EQ(m31.max_concurrency_total, 76);
+  EXPECT_NEAR(static_cast<double>(m31.max_concurrency_total) / m3.max_concurrency_total, 2.7,
+              0.05);
+}
+
+TEST(LaunchTable, ReportNumbersHoldAcrossTheReserveWindow) {
+  for (double reserve_gb : {4.5, 6.0, 9.5}) {
+    Options m3 = launch("minimax-m3", "fp8", "none");
+    Options m31 = launch("minimax-m3.1-flash", "nvfp4", "none");
+    m3.reserve_gb = m31.reserve_gb = reserve_gb;
+    EXPECT_EQ(compute_plan(m3).max_concurrency_total, 28) << reserve_gb;
+    EXPECT_EQ(compute_plan(m31).max_concurrency_total, 76) << reserve_gb;
+  }
+  Options m3 = launch("minimax-m3", "fp8", "none");
+  m3.reserve_gb = 4.4;
+  EXPECT_EQ(compute_plan(m3).max_concurrency_total, 32);
+  Options m31 = launch("minimax-m3.1-flash", "nvfp4", "none");
+  m31.reserve_gb = 9.6;
+  EXPECT_EQ(compute_plan(m31).max_concurrency_total, 72);
+}
+
+TEST(LaunchTable, PublishedCheckpointSizesGiveTheSameTable) {
+  Options m3 = launch("minimax-m3", "fp8", "none");
+  m3.weights_bytes = "451.5GB";
+  Options m31 = launch("minimax-m3.1-flash", "nvfp4", "none");
+  m31.weights_bytes = "250116419880";
+  const Result a = compute_plan(m3), b = compute_plan(m31);
+  EXPECT_EQ(a.weights.total_bytes(), 451'500'000'000);
+  EXPECT_EQ(a.max_concurrency_total, 28);
+  EXPECT_EQ(b.max_concurrency_total, 76);
+}
+
+TEST(LaunchTable, FullAccountingCountsTheIndexCache) {
+  const Result m3 = compute_plan(launch("minimax-m3", "fp8", "bf16"));
+  const Result m31 = compute_plan(launch("minimax-m3.1-flash", "nvfp4", "nvfp4"));
+  EXPECT_EQ(m3.layout_model.index_bytes_per_token(), 14'592);
+  EXPECT_EQ(m31.layout_model.index_bytes_per_token(), 4'320);
+  EXPECT_EQ(m3.max_concurrency_total, 24);
+  EXPECT_EQ(m31.max_concurrency_total, 68);
+}
+
+TEST(Plan, VllmLinesAgreeByConstruction) {
+  const Result r = compute_plan(launch("minimax-m3.1-flash", "nvfp4", "nvfp4"));
+  EXPECT_EQ(r.pool.tokens, r.pool.num_pages * 128);
+  EXPECT_DOUBLE_EQ(r.pool.concurrency,
+                   static_cast<double>(r.pool.num_pages) / static_cast<double>(r.pool.pages_per_seq));
+  EXPECT_EQ(r.kv_budget, r.usable_bytes - r.weights_per_gpu - r.reserve);
+  EXPECT_LE(r.pool.num_pages * r.pool.page_bytes, r.kv_budget);
+  EXPECT_GT((r.pool.num_pages + 1) * r.pool.page_bytes, r.kv_budget);
+  const nlohmann::json j = render_json(r);
+  for (const char* key : {"kv_bytes_per_token", "index_cache_bytes_per_token",
+                          "weights_bytes_total", "weights_bytes_per_gpu",
+                          "kv_budget_bytes_per_gpu", "max_concurrency_per_rank",
+                          "max_concurrency_total"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  const std::string table = render_table(r);
+  EXPECT_NE(table.find("Maximum concurrency for 262,144 tokens per request: "), std::string::npos);
+  EXPECT_NE(table.find("GPU KV cache size: "), std::string::npos);
+}
+
+TEST(Plan, OneSequenceThatDoesNotFitIsReported) {
+  Options o;
+  o.model = "minimax-m3";
+  o.gpu = "h100";
+  o.tp = 8;
+  const Result r = compute_plan(o);  // MXFP8 M3 (56 GB per GPU) with 1M tokens on 8 x H100
+  EXPECT_FALSE(r.fits());
+  EXPECT_LT(r.pool.tokens, r.max_model_len);
+  EXPECT_NE(render_table(r).find("DOES NOT FIT"), std::string::npos);
+}
+
+TEST(ParseTokenCount, AcceptsSuffixes) {
+  EXPECT_EQ(parse_token_count("4096", "--n"), 4096);
+  EXPECT_EQ(parse_token_count("256k", "--n"), 262'144);
+  EXPECT_EQ(parse_token_count("128K", "--n"), 131'072);
+  EXPECT_EQ(parse_token_count("1m", "--n"), 1'048'576);
+  EXPECT_EQ(parse_token_count("1M", "--n"), 1'048'576);
+  EXPECT_EQ(parse_token_count("1.5k", "--n"), 1536);
+  for (const char* bad : {"", "abc", "0", "-5", "12x", "0.3k", "1.k", "k", "1e6"}) {
+    expect_error([&] { parse_token_count(bad, "--max-model-len"); }, {"--max-model-len"});
+  }
+}
+
+TEST(ParseByteSize, AcceptsUnits) {
+  EXPECT_EQ(parse_byte_size("250116419880", "--w"), 250'116'419'880);
+  EXPECT_EQ(parse_byte_size("451.5GB", "--w"), 451'500'000'000);
+  EXPECT_EQ(parse_byte_size("451.5e9", "--w"), 451'500'000'000);
+  EXPECT_EQ(parse_byte_size("2GiB", "--w"), int64_t{2} << 30);
+  for (const char* bad : {"", "GB", "12 parsecs", "-3GB", "0"}) {
+    expect_error([&] { parse_byte_size(bad, "--weights-bytes"); }, {"--weights-bytes"});
+  }
+}
+
+TEST(Parallelism, ResolvesTheShorthands) {
+  Options o;
+  o.model = "minimax-m3";
+  Parallelism p = compute_plan([&] { Options x = o; x.num_gpus = 8; x.gpu = "b200"; return x; }()).par;
+  EXPECT_EQ(p.tp, 8);
+  EXPECT_EQ(p.dp, 1);
+  EXPECT_EQ(p.ep, 8);
+  o.dp = 2;
+  o.num_gpus = 8;
+  o.max_model_len = "128k";
+  o.gpu = "b300";
+  p = compute_plan(o).par;
+  EXPECT_EQ(p.tp, 4);
+  EXPECT_EQ(p.ep, 8);
+  EXPECT_EQ(p.label(), "DP2 x TP4, EP8");
+  Options dep = launch("minimax-m3", "fp8", "bf16");
+  dep.dp = 4;  // consistent with --dep 4
+  dep.ep = 4;
+  EXPECT_EQ(compute_plan(dep).par.label(), "DEP4");
+}
+
+TEST(Parallelism, BadFlagsAreErrors) {
+  Options o = launch("minimax-m3", "fp8", "bf16");
+  o.tp = 2;
+  expect_error([&] { compute_plan(o); }, {"--dep 4 means --dp 4 --tp 1 --ep 4", "--tp 2"});
+  o = launch("minimax-m3", "fp8", "bf16");
+  o.ep = 2;
+  expect_error([&] { compute_plan(o); }, {"--dep 4", "--ep 2"});
+  o = launch("minimax-m3", "fp8", "bf16");
+  o.num_gpus = 8;
+  expect_error([&] { compute_plan(o); }, {"--num-gpus 8", "4 GPUs"});
+  o = launch("minimax-m3", "fp8", "bf16");
+  o.dep.reset();
+  o.tp = 3;
+  expect_error([&] { compute_plan(o); }, {"--tp 3", "64 attention heads"});
+  o.tp = 4;
+  o.ep = 3;
+  expect_error([&] { compute_plan(o); }, {"--ep 3", "4 GPUs"});
+  o.ep.reset();
+  o.dep = 0;
+  expect_error([&] { compute_plan(o); }, {"--dep", "positive"});
+}
+
+TEST(Plan, BadModelGpuAndCacheFlagsAreErrors) {
+  Options o = launch("minimax-m4", "fp8", "bf16");
+  expect_error([&] { compute_plan(o); }, {"'minimax-m4'", "minimax-m3, minimax-m3.1-flash"});
+  o = launch("minimax-m3", "fp8", "bf16");
+  o.gpu = "a100";
+  expect_error([&] { compute_plan(o); }, {"--gpu 'a100'", "b300", "--gpu-memory-gb"});
+  o = launch("minimax-m3", "fp4", "bf16");
+  expect_error([&] { compute_plan(o); }, {"--kv-cache-dtype 'fp4'"});
+  o = launch("minimax-m3", "fp8", "bf16");
+  o.quantization = "int4";
+  expect_error([&] { compute_plan(o); }, {"--quantization 'int4'"});
+  o = launch("minimax-m3", "fp8", "bf16");
+  o.max_model_len = "2m";
+  expect_error([&] { compute_plan(o); }, {"--max-model-len 2097152", "1048576"});
+  o = launch("minimax-m3", "fp8", "bf16");
+  o.checkpoint = "/nonexistent";
+  o.weights_bytes = "1GB";
+  expect_error([&] { compute_plan(o); }, {"--checkpoint or --weights-bytes"});
+  o = launch("minimax-m3", "fp8", "bf16");
+  o.gpu = "B300";  // names are case-insensitive
+  o.gpu_memory_utilization = 1.2;
+  expect_error([&] { compute_plan(o); }, {"gpu-memory-utilization", "1.2"});
+}
+
+}  // namespace
+}  // namespace fp4::cli::plan
