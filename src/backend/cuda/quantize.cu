@@ -1,13 +1,12 @@
-// Block quantize/dequantize kernels. Each thread owns one 16-byte vector of the float side (8
-// bf16 or 4 f32 values), so every warp load or store of that side covers 512 contiguous bytes.
-// A quantization block of 16 (NVFP4) or 32 (MXFP8) values spans 2-8 neighbouring lanes, which
-// combine their amax with shuffles (max is exact in any order, so the bits equal the CPU's
-// sequential loop). Each thread handles kUnroll vectors and issues all their loads before any
-// arithmetic, to keep enough bytes in flight to cover HBM latency.
+// Block quantize/dequantize kernels (docs/kernels/quantize.md has the measured versions).
+// The dequantizers and the MXFP8 quantizer give each thread one 16-byte vector of the float
+// side (8 bf16 or 4 f32 values), so every warp load or store of that side covers 512
+// contiguous bytes; the NVFP4 quantizer, the most arithmetic-heavy, gives each thread a whole
+// block so that per-block work is not repeated per lane. Each thread keeps kUnroll vectors of
+// loads in flight before any arithmetic, to cover HBM latency. Max is exact in any order, so
+// amax reduced across lanes equals the CPU's sequential loop bit for bit.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
-
-#include <type_traits>
 
 #include "backend/cuda/quantize_launch.h"
 #include "formats/mxfp8.h"
@@ -96,23 +95,21 @@ __device__ __forceinline__ float max_propagating_nan(float a, float b) {
   return r;
 }
 
-// E2M1 codes of V values that already lie on the E2M1 grid, packed low nibble first. Each
+// E2M1 codes of 8 values that already lie on the E2M1 grid, packed low nibble first. Each
 // value times 2^-6 is an exact E4M3 number whose byte is sign<<7 | code<<2 (the E2M1-to-E4M3
 // bit placement), so the hardware's paired conversion does the encoding and a few integer
 // operations per four values gather the nibbles.
-template <int V>
-__device__ __forceinline__ uint32_t e2m1_codes(const float* grid) {
-  uint32_t words[V / 4];
+__device__ __forceinline__ uint32_t e2m1_codes8(const float* grid) {
+  uint32_t words[2];
 #pragma unroll
-  for (int w = 0; w < V / 4; ++w) {
+  for (int w = 0; w < 2; ++w) {
     const uint32_t lo = e4m3x2(grid[4 * w] * 0x1p-6f, grid[4 * w + 1] * 0x1p-6f);
     const uint32_t hi = e4m3x2(grid[4 * w + 2] * 0x1p-6f, grid[4 * w + 3] * 0x1p-6f);
     const uint32_t bytes = lo | (hi << 16);
     const uint32_t nibbles = ((bytes >> 2) & 0x07070707u) | ((bytes >> 4) & 0x08080808u);
     words[w] = nibbles | (nibbles >> 4);  // bytes 0 and 2 now hold two codes each
   }
-  if constexpr (V == 8) return __byte_perm(words[0], words[1], 0x6420);
-  else return __byte_perm(words[0], 0, 0x20);
+  return __byte_perm(words[0], words[1], 0x6420);
 }
 
 // Element offset of vector v in a row-major matrix with `vectors_per_row` vectors of V per row.
@@ -127,10 +124,69 @@ __device__ __forceinline__ int64_t strided_offset(int64_t v, int64_t vectors_per
   return row * row_stride + (v - row * vectors_per_row) * V;
 }
 
-template <typename T, BlockFormat F>
-__global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeParams p) {
+// NVFP4: one thread per quantization block of 16 values (two bf16 vectors or four f32 ones,
+// contiguous in memory), so the per-block work (scale, divisor, reciprocal) is done once per 16
+// values rather than once per lane. A warp's loads cover 1-2 KiB with every byte used by one
+// of the thread's consecutive loads; the codes go out as 8 bytes per thread.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) nvfp4_quantize_kernel(QuantizeParams p) {
   constexpr int V = 16 / sizeof(T);
-  constexpr int kLanesPerBlock = kBlockElems<F> / V;
+  constexpr int kVectors = kNvfp4BlockElems / V;
+  constexpr int kBlocksPerThread = kUnroll / kVectors;  // kUnroll vectors in flight per thread
+  const int64_t blocks_per_row = p.cols / kNvfp4BlockElems;
+  const int64_t total = p.rows * blocks_per_row;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads * kBlocksPerThread + threadIdx.x;
+  const T* input = static_cast<const T*>(p.input);
+  const bool dense = p.input_row_stride == p.cols;
+
+  uint4 raw[kBlocksPerThread][kVectors];
+#pragma unroll
+  for (int k = 0; k < kBlocksPerThread; ++k) {
+    const int64_t b = first + k * kThreads;
+    const uint4* src = reinterpret_cast<const uint4*>(
+        input + strided_offset<kNvfp4BlockElems>(b, blocks_per_row, p.input_row_stride, dense));
+#pragma unroll
+    for (int j = 0; j < kVectors; ++j) raw[k][j] = b < total ? __ldg(src + j) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int k = 0; k < kBlocksPerThread; ++k) {
+    const int64_t b = first + k * kThreads;
+    float x[kNvfp4BlockElems];
+#pragma unroll
+    for (int j = 0; j < kVectors; ++j) unpack<T>(raw[k][j], x + j * V);
+    // max.NaN propagates NaN, so one instruction per value both finds amax and flags a NaN;
+    // without a NaN the result equals accumulate_amax's exactly.
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kNvfp4BlockElems; ++i) amax = max_propagating_nan(amax, fabsf(x[i]));
+    const uint8_t scale = is_nan(amax) ? kE4M3NaN : e4m3(amax / (kE2M1Max * p.global_scale));  // nvfp4_scale_code
+    const float divisor = nvfp4_value_divisor(scale, p.global_scale);
+    uint32_t codes[2] = {0, 0};
+    if (nvfp4_fast_divisor(divisor)) {
+      const float reciprocal = 1.0f / divisor;
+      float grid[kNvfp4BlockElems];
+#pragma unroll
+      for (int i = 0; i < kNvfp4BlockElems; ++i) grid[i] = nvfp4_round_by_reciprocal(x[i], divisor, reciprocal);
+      codes[0] = e2m1_codes8(grid);
+      codes[1] = e2m1_codes8(grid + 8);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kNvfp4BlockElems; ++i)
+        codes[i / 8] |= static_cast<uint32_t>(nvfp4_encode_value(x[i], divisor)) << (4 * (i % 8));
+    }
+    if (b < total) {
+      *reinterpret_cast<uint2*>(p.values + b * kNvfp4BlockCodeBytes) = make_uint2(codes[0], codes[1]);
+      p.scales[b] = scale;
+    }
+  }
+}
+
+// MXFP8: one 16-byte vector per thread (coalesced); the 2-8 lanes of a block of 32 combine
+// their amax with shuffles, and the hardware converts pairs to E4M3.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) mxfp8_quantize_kernel(QuantizeParams p) {
+  constexpr int V = 16 / sizeof(T);
+  constexpr int kLanesPerBlock = kMxfp8BlockElems / V;
   const int64_t vectors_per_row = p.cols / V;
   const int64_t total = p.rows * vectors_per_row;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads * kUnroll + threadIdx.x;
@@ -149,42 +205,21 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeParams p) {
     const int64_t v = first + k * kThreads;
     float x[V];
     unpack<T>(raw[k], x);
-    // max.NaN propagates NaN, so one instruction per value both finds amax and flags a NaN;
-    // without a NaN the result equals accumulate_amax's exactly (max is order-free).
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < V; ++i) amax = max_propagating_nan(amax, fabsf(x[i]));
-    // Lanes of one quantization block are kLanesPerBlock consecutive, aligned lanes (rows hold
-    // whole blocks), and every lane of the warp takes part, active or not.
+    // Lanes of one block are kLanesPerBlock consecutive, aligned lanes (rows hold whole
+    // blocks), and every lane of the warp takes part, active or not.
 #pragma unroll
     for (int offset = 1; offset < kLanesPerBlock; offset <<= 1)
       amax = max_propagating_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
-    const bool has_nan = is_nan(amax);
-    uint8_t scale;
-    std::conditional_t<F == BlockFormat::kNvfp4, uint32_t, uint64_t> codes = 0;
-    if constexpr (F == BlockFormat::kNvfp4) {
-      scale = has_nan ? kE4M3NaN : e4m3(amax / (kE2M1Max * p.global_scale));  // nvfp4_scale_code
-      const float divisor = nvfp4_value_divisor(scale, p.global_scale);
-      if (nvfp4_fast_divisor(divisor)) {
-        const float reciprocal = 1.0f / divisor;
-        float grid[V];
+    const uint8_t scale = mxfp8_scale_code(amax, is_nan(amax));
+    const float inverse = ue8m0_inverse(scale);  // mxfp8_encode_value, two at a time
+    uint64_t codes = 0;
 #pragma unroll
-        for (int i = 0; i < V; ++i) grid[i] = nvfp4_round_by_reciprocal(x[i], divisor, reciprocal);
-        codes = e2m1_codes<V>(grid);
-      } else {
-#pragma unroll
-        for (int i = 0; i < V; ++i) codes |= static_cast<uint32_t>(nvfp4_encode_value(x[i], divisor)) << (4 * i);
-      }
-    } else {
-      scale = mxfp8_scale_code(amax, has_nan);
-      // mxfp8_encode_value, two at a time in hardware.
-      const float inverse = ue8m0_inverse(scale);
-#pragma unroll
-      for (int i = 0; i < V; i += 2) codes |= static_cast<uint64_t>(e4m3x2(x[i] * inverse, x[i + 1] * inverse)) << (8 * i);
-    }
+    for (int i = 0; i < V; i += 2) codes |= static_cast<uint64_t>(e4m3x2(x[i] * inverse, x[i + 1] * inverse)) << (8 * i);
     if (v < total) {
-      constexpr int kBytes = kCodeBytes<F, V>;
-      store_bytes<kBytes>(p.values + v * kBytes, codes);
+      store_bytes<V>(p.values + v * V, codes);
       if (threadIdx.x % kLanesPerBlock == 0) p.scales[v / kLanesPerBlock] = scale;
     }
   }
@@ -229,8 +264,8 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(DequantizeParams p
 
 template <typename T>
 void launch_quantize_as(BlockFormat format, const QuantizeParams& p, unsigned grid, cudaStream_t s) {
-  if (format == BlockFormat::kNvfp4) quantize_kernel<T, BlockFormat::kNvfp4><<<grid, kThreads, 0, s>>>(p);
-  else quantize_kernel<T, BlockFormat::kMxfp8><<<grid, kThreads, 0, s>>>(p);
+  if (format == BlockFormat::kNvfp4) nvfp4_quantize_kernel<T><<<grid, kThreads, 0, s>>>(p);
+  else mxfp8_quantize_kernel<T><<<grid, kThreads, 0, s>>>(p);
 }
 
 template <typename T>
