@@ -70,7 +70,13 @@ FP4_HD bool nvfp4_fast_divisor(float divisor) {
   return divisor >= kFastDivisorMin && divisor <= kFastDivisorMax;
 }
 
+// kShift = -6 returns the grid value times 2^-6 instead (for a divisor and reciprocal scaled
+// by 2^6 and 2^-6): every step scales exactly, and the kernels feed the result straight to the
+// E4M3 converter, saving a multiply per value.
+template <int kShift = 0>
 FP4_HD float nvfp4_round_by_reciprocal(float x, float divisor, float reciprocal) {
+  static_assert(kShift == 0 || kShift == -6, "scales of 1 and 2^-6 are the ones tested");
+  constexpr float kUnit = kShift == 0 ? 1.0f : 0x1p-6f;
   const float q0 = x * reciprocal;
 #if defined(__CUDA_ARCH__)
   const float q1 = __fmaf_rn(__fmaf_rn(-q0, divisor, x), reciprocal, q0);
@@ -79,9 +85,9 @@ FP4_HD float nvfp4_round_by_reciprocal(float x, float divisor, float reciprocal)
   const float q1 = std::fma(std::fma(-q0, divisor, x), reciprocal, q0);
   const float a = std::fabs(q1);
 #endif
-  const float magic = a < 2.0f ? 0x1p22f : (a < 4.0f ? 0x1p23f : 0x1p24f);
+  const float magic = a < 2.0f * kUnit ? 0x1p22f * kUnit : (a < 4.0f * kUnit ? 0x1p23f * kUnit : 0x1p24f * kUnit);
   const float on_grid = (a + magic) - magic;
-  const float magnitude = on_grid < kE2M1Max ? on_grid : kE2M1Max;  // NaN -> 6 as well
+  const float magnitude = on_grid < kE2M1Max * kUnit ? on_grid : kE2M1Max * kUnit;  // NaN -> 6 too
   return bits_to_float(float_to_bits(magnitude) | (float_to_bits(x) & 0x80000000u));
 }
 

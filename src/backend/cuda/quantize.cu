@@ -95,16 +95,16 @@ __device__ __forceinline__ float max_propagating_nan(float a, float b) {
   return r;
 }
 
-// E2M1 codes of 8 values that already lie on the E2M1 grid, packed low nibble first. Each
+// E2M1 codes of 8 values on the E2M1 grid, given times 2^-6, packed low nibble first. A grid
 // value times 2^-6 is an exact E4M3 number whose byte is sign<<7 | code<<2 (the E2M1-to-E4M3
 // bit placement), so the hardware's paired conversion does the encoding and a few integer
 // operations per four values gather the nibbles.
-__device__ __forceinline__ uint32_t e2m1_codes8(const float* grid) {
+__device__ __forceinline__ uint32_t e2m1_codes8(const float* grid_div64) {
   uint32_t words[2];
 #pragma unroll
   for (int w = 0; w < 2; ++w) {
-    const uint32_t lo = e4m3x2(grid[4 * w] * 0x1p-6f, grid[4 * w + 1] * 0x1p-6f);
-    const uint32_t hi = e4m3x2(grid[4 * w + 2] * 0x1p-6f, grid[4 * w + 3] * 0x1p-6f);
+    const uint32_t lo = e4m3x2(grid_div64[4 * w], grid_div64[4 * w + 1]);
+    const uint32_t hi = e4m3x2(grid_div64[4 * w + 2], grid_div64[4 * w + 3]);
     const uint32_t bytes = lo | (hi << 16);
     const uint32_t nibbles = ((bytes >> 2) & 0x07070707u) | ((bytes >> 4) & 0x08080808u);
     words[w] = nibbles | (nibbles >> 4);  // bytes 0 and 2 now hold two codes each
@@ -162,13 +162,15 @@ __global__ void __launch_bounds__(kThreads) nvfp4_quantize_kernel(QuantizeParams
     const uint8_t scale = is_nan(amax) ? kE4M3NaN : e4m3(amax / (kE2M1Max * p.global_scale));  // nvfp4_scale_code
     const float divisor = nvfp4_value_divisor(scale, p.global_scale);
     uint32_t codes[2] = {0, 0};
-    if (nvfp4_fast_divisor(divisor)) {
-      const float reciprocal = 1.0f / divisor;
-      float grid[kNvfp4BlockElems];
+    const float divisor64 = divisor * 64.0f;  // exact: rounding lands on the grid times 2^-6
+    if (nvfp4_fast_divisor(divisor64)) {
+      const float reciprocal64 = 1.0f / divisor64;
+      float grid_div64[kNvfp4BlockElems];
 #pragma unroll
-      for (int i = 0; i < kNvfp4BlockElems; ++i) grid[i] = nvfp4_round_by_reciprocal(x[i], divisor, reciprocal);
-      codes[0] = e2m1_codes8(grid);
-      codes[1] = e2m1_codes8(grid + 8);
+      for (int i = 0; i < kNvfp4BlockElems; ++i)
+        grid_div64[i] = nvfp4_round_by_reciprocal<-6>(x[i], divisor64, reciprocal64);
+      codes[0] = e2m1_codes8(grid_div64);
+      codes[1] = e2m1_codes8(grid_div64 + 8);
     } else {
 #pragma unroll
       for (int i = 0; i < kNvfp4BlockElems; ++i)

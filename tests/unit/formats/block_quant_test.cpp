@@ -81,16 +81,20 @@ TEST(Nvfp4Block, CodesAreNearestCandidates) {
 // around each E2M1 rounding midpoint and around the 1/8 and 8 shortcuts.
 TEST(Nvfp4Block, ReciprocalEncoderMatchesDivision) {
   auto rng = testing::seeded_rng(15);
-  std::uniform_real_distribution<float> log_d(-90.0f, 90.0f), unit(-8.5f, 8.5f);
+  std::uniform_real_distribution<float> log_d(-90.0f, 84.0f), unit(-8.5f, 8.5f);
   const float pivots[] = {0.125f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 8.0f};
   int64_t checked = 0;
   for (int trial = 0; trial < 20000; ++trial) {
-    const float d = std::min(kFastDivisorMax, std::max(kFastDivisorMin, std::exp2(log_d(rng)) * (1.0f + unit(rng) / 17.0f)));
-    ASSERT_TRUE(nvfp4_fast_divisor(d));
-    const float y = 1.0f / d;
+    const float d = std::min(kFastDivisorMax / 64.0f, std::max(kFastDivisorMin, std::exp2(log_d(rng)) * (1.0f + unit(rng) / 17.0f)));
+    ASSERT_TRUE(nvfp4_fast_divisor(d) && nvfp4_fast_divisor(d * 64.0f));
+    const float y = 1.0f / d, d64 = d * 64.0f, y64 = 1.0f / d64;
     auto check = [&](float x) {
-      ASSERT_EQ(e2m1_encode(nvfp4_round_by_reciprocal(x, d, y)), nvfp4_encode_value(x, d))
+      const uint8_t want = nvfp4_encode_value(x, d);
+      ASSERT_EQ(e2m1_encode(nvfp4_round_by_reciprocal(x, d, y)), want)
           << "x=" << x << " d=" << d << " x/d=" << x / d;
+      // The kernels' form: divisor and reciprocal scaled by 2^6 and 2^-6, result by 2^-6.
+      ASSERT_EQ(e2m1_encode(nvfp4_round_by_reciprocal<-6>(x, d64, y64) * 64.0f), want)
+          << "x=" << x << " d=" << d << " (scaled by 2^6)";
       ++checked;
     };
     for (int i = 0; i < 50; ++i) check(unit(rng) * d);
@@ -104,10 +108,13 @@ TEST(Nvfp4Block, ReciprocalEncoderMatchesDivision) {
     if (HasFatalFailure()) return;
   }
   // Overflowing and vanishing quotients at both ends of the divisor range.
-  for (float d : {kFastDivisorMin, 1e-20f, 3.0f, 1e20f, kFastDivisorMax})
-    for (float special : {0.0f, -0.0f, INFINITY, -INFINITY, 3e38f, -3e38f, 1e-38f, -1e-38f, 1e-45f, -1e-45f})
+  for (float d : {kFastDivisorMin, 1e-20f, 3.0f, 1e20f, kFastDivisorMax / 64.0f})
+    for (float special : {0.0f, -0.0f, INFINITY, -INFINITY, 3e38f, -3e38f, 1e-38f, -1e-38f, 1e-45f, -1e-45f}) {
       EXPECT_EQ(e2m1_encode(nvfp4_round_by_reciprocal(special, d, 1.0f / d)), nvfp4_encode_value(special, d))
           << special << " / " << d;
+      EXPECT_EQ(e2m1_encode(nvfp4_round_by_reciprocal<-6>(special, d * 64.0f, 1.0f / (d * 64.0f)) * 64.0f),
+                nvfp4_encode_value(special, d)) << special << " / " << d << " (scaled)";
+    }
   RecordProperty("pairs_checked", std::to_string(checked));
 }
 
