@@ -148,16 +148,6 @@ __global__ void __launch_bounds__(kThreads) nvfp4_quantize_kernel(QuantizeParams
 #pragma unroll
     for (int j = 0; j < kVectors; ++j) raw[k][j] = b < total ? __ldg(src + j) : make_uint4(0, 0, 0, 0);
   }
-  // Divisor and reciprocal for each of the 128 scale codes (0x7F is NaN), built once per CTA
-  // while the loads are in flight: per block, a table read replaces a decode, a multiply and
-  // a division. A reciprocal of 0 marks divisors outside the fast path's range.
-  __shared__ float divisor64_of[128], reciprocal64_of[128];
-  if (threadIdx.x < 128) {
-    const float divisor64 = nvfp4_value_divisor(static_cast<uint8_t>(threadIdx.x), p.global_scale) * 64.0f;
-    divisor64_of[threadIdx.x] = divisor64;
-    reciprocal64_of[threadIdx.x] = nvfp4_fast_divisor(divisor64) ? 1.0f / divisor64 : 0.0f;
-  }
-  __syncthreads();
 #pragma unroll
   for (int k = 0; k < kBlocksPerThread; ++k) {
     const int64_t b = first + k * kThreads;
@@ -170,10 +160,11 @@ __global__ void __launch_bounds__(kThreads) nvfp4_quantize_kernel(QuantizeParams
 #pragma unroll
     for (int i = 0; i < kNvfp4BlockElems; ++i) amax = max_propagating_nan(amax, fabsf(x[i]));
     const uint8_t scale = is_nan(amax) ? kE4M3NaN : e4m3(amax / (kE2M1Max * p.global_scale));  // nvfp4_scale_code
+    const float divisor = nvfp4_value_divisor(scale, p.global_scale);
     uint32_t codes[2] = {0, 0};
-    // Divisor and reciprocal scaled by 2^6 and 2^-6 (exact): rounding lands on the grid x 2^-6.
-    const float divisor64 = divisor64_of[scale & 0x7Fu], reciprocal64 = reciprocal64_of[scale & 0x7Fu];
-    if (reciprocal64 != 0.0f) {
+    const float divisor64 = divisor * 64.0f;  // exact: rounding lands on the grid times 2^-6
+    if (nvfp4_fast_divisor(divisor64)) {
+      const float reciprocal64 = 1.0f / divisor64;
       float grid_div64[kNvfp4BlockElems];
 #pragma unroll
       for (int i = 0; i < kNvfp4BlockElems; ++i)
@@ -181,7 +172,6 @@ __global__ void __launch_bounds__(kThreads) nvfp4_quantize_kernel(QuantizeParams
       codes[0] = e2m1_codes8(grid_div64);
       codes[1] = e2m1_codes8(grid_div64 + 8);
     } else {
-      const float divisor = nvfp4_value_divisor(scale, p.global_scale);
 #pragma unroll
       for (int i = 0; i < kNvfp4BlockElems; ++i)
         codes[i / 8] |= static_cast<uint32_t>(nvfp4_encode_value(x[i], divisor)) << (4 * (i % 8));
