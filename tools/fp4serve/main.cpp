@@ -6,6 +6,10 @@
 #include "core/check.h"
 #include "tools/fp4serve/commands.h"
 
+namespace {
+constexpr int kBadInputExit = 2;
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"fp4serve: an inference engine for MiniMax-M3-family models with an NVFP4 KV "
                "cache and NVFP4 experts"};
@@ -17,12 +21,21 @@ int main(int argc, char** argv) {
   fp4::cli::add_plan_command(app, exit_code);
   fp4::cli::add_convert_command(app, exit_code);
   fp4::cli::add_bench_command(app, exit_code);
+  // Exit status: 0 success; 2 bad input (a flag CLI11 rejects, or an fp4::Error: every check
+  // of user input throws one, naming the field and the numbers) and subcommands not built yet;
+  // 1 anything unexpected.
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kBadInputExit;
   } catch (const fp4::Error& e) {
     fmt::print(stderr, "fp4serve: error: {}\n", e.what());
+    return kBadInputExit;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "fp4serve: internal error: {}\n", e.what());
     return 1;
   }
   return exit_code;

@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""The fp4serve command line: every subcommand has --help, subcommands that are not built
+yet say so and exit with status 2, bad input exits with status 2 and a message."""
+import subprocess
+import sys
+
+BINARY = sys.argv[1]
+SUBCOMMANDS = ["serve", "generate", "plan", "convert", "bench"]
+PENDING = ["serve", "generate", "convert"]
+failures = []
+passed = 0
+
+
+def run(*args):
+    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=60)
+
+
+def check(cond, what):
+    global passed
+    if cond:
+        passed += 1
+    else:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+top = run("--help")
+check(top.returncode == 0, "--help exits 0")
+for sub in SUBCOMMANDS:
+    check(sub in top.stdout, f"--help lists {sub}")
+    r = run(sub, "--help")
+    check(r.returncode == 0 and "Usage" in r.stdout, f"{sub} --help exits 0 and prints usage")
+for sub in PENDING:
+    r = run(sub)
+    check(r.returncode == 2 and "not implemented yet" in r.stderr, f"{sub} says it is not built and exits 2")
+r = run()
+check(r.returncode == 2, "no subcommand exits 2")
+r = run("plan", "--no-such-flag")
+check(r.returncode == 2 and "no-such-flag" in r.stderr, "unknown flag exits 2 and names it")
+r = run("plan", "--model", "no-such-model")
+check(r.returncode == 2 and "no-such-model" in r.stderr, "an fp4::Error exits 2 and names the value")
+r = run("--version")
+check(r.returncode == 0 and "fp4serve" in r.stdout, "--version")
+
+print(f"{passed} passed, {len(failures)} failed")
+sys.exit(1 if failures else 0)
