@@ -1,5 +1,6 @@
 #include "backend/quantize_params.h"
 
+#include <cfloat>
 #include <cmath>
 
 #include "core/check.h"
@@ -20,6 +21,10 @@ namespace {
 
 int element_bytes(DType t) { return dtype_bits(t) / 8; }
 
+// The largest float-side extent (rows x stride elements) accepted: far beyond any device, and
+// small enough that every byte offset the backends compute fits in int64_t.
+constexpr int64_t kMaxElements = int64_t{1} << 56;
+
 void check_shape(BlockFormat format, int64_t rows, int64_t cols, int64_t row_stride,
                  const char* stride_name) {
   const int block = block_elems(format);
@@ -27,8 +32,11 @@ void check_shape(BlockFormat format, int64_t rows, int64_t cols, int64_t row_str
             block_format_name(format), rows, cols);
   FP4_CHECK(cols % block == 0, "{}: cols={} must be a multiple of the block size {}",
             block_format_name(format), cols, block);
+  if (rows <= 1) return;  // a single row's stride is never used
   FP4_CHECK(row_stride >= cols, "{}: {}={} must be >= cols={}", block_format_name(format),
             stride_name, row_stride, cols);
+  FP4_CHECK(row_stride <= kMaxElements / rows, "{}: rows={} x {}={} exceeds 2^56 elements",
+            block_format_name(format), rows, stride_name, row_stride);
 }
 
 void check_float_dtype(DType t, const char* what) {
@@ -36,9 +44,10 @@ void check_float_dtype(DType t, const char* what) {
             what, dtype_name(t));
 }
 
-void check_alignment(const void* ptr, int64_t row_stride, DType t, int vector_bytes,
-                     const char* what) {
+void check_alignment(const void* ptr, int64_t rows, int64_t row_stride, DType t,
+                     int vector_bytes, const char* what) {
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
+  if (rows <= 1) row_stride = 0;
   FP4_CHECK(addr % vector_bytes == 0 && (row_stride * element_bytes(t)) % vector_bytes == 0,
             "{} rows must start on {}-byte boundaries (pointer {:#x}, row stride {} elements)",
             what, vector_bytes, addr, row_stride);
@@ -46,7 +55,9 @@ void check_alignment(const void* ptr, int64_t row_stride, DType t, int vector_by
 
 void check_global_scale(BlockFormat format, float g) {
   if (format == BlockFormat::kNvfp4)
-    FP4_CHECK(std::isfinite(g) && g > 0.0f, "nvfp4: global_scale={} must be finite and > 0", g);
+    // 6 * g must stay finite too: it divides every block's amax.
+    FP4_CHECK(std::isfinite(kE2M1Max * g) && g > 0.0f,
+              "nvfp4: global_scale={} must be > 0 and at most {:g}", g, FLT_MAX / kE2M1Max);
 }
 
 }  // namespace
@@ -55,22 +66,22 @@ void check_quantize_params(BlockFormat format, const QuantizeParams& p, int vect
   check_shape(format, p.rows, p.cols, p.input_row_stride, "input_row_stride");
   check_float_dtype(p.input_dtype, "input");
   check_global_scale(format, p.global_scale);
-  if (p.rows * p.cols == 0) return;
+  if (p.rows == 0 || p.cols == 0) return;
   FP4_CHECK(p.input && p.values && p.scales, "{}: input, values and scales must be non-null",
             block_format_name(format));
-  check_alignment(p.input, p.input_row_stride, p.input_dtype, vector_bytes, "input");
-  check_alignment(p.values, 0, DType::kU8, vector_bytes, "values");
+  check_alignment(p.input, p.rows, p.input_row_stride, p.input_dtype, vector_bytes, "input");
+  check_alignment(p.values, 1, 0, DType::kU8, vector_bytes, "values");
 }
 
 void check_dequantize_params(BlockFormat format, const DequantizeParams& p, int vector_bytes) {
   check_shape(format, p.rows, p.cols, p.output_row_stride, "output_row_stride");
   check_float_dtype(p.output_dtype, "output");
   check_global_scale(format, p.global_scale);
-  if (p.rows * p.cols == 0) return;
+  if (p.rows == 0 || p.cols == 0) return;
   FP4_CHECK(p.values && p.scales && p.output, "{}: values, scales and output must be non-null",
             block_format_name(format));
-  check_alignment(p.output, p.output_row_stride, p.output_dtype, vector_bytes, "output");
-  check_alignment(p.values, 0, DType::kU8, vector_bytes, "values");
+  check_alignment(p.output, p.rows, p.output_row_stride, p.output_dtype, vector_bytes, "output");
+  check_alignment(p.values, 1, 0, DType::kU8, vector_bytes, "values");
 }
 
 }  // namespace fp4

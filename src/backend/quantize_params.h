@@ -19,7 +19,7 @@ struct QuantizeParams {
   DType input_dtype = DType::kF32;  // kF32 or kBF16
   int64_t rows = 0;
   int64_t cols = 0;              // a multiple of the block size
-  int64_t input_row_stride = 0;  // elements between rows, >= cols
+  int64_t input_row_stride = 0;  // elements between rows, >= cols (unused when rows <= 1)
   uint8_t* values = nullptr;     // NVFP4: [rows, cols/2] packed E2M1; MXFP8: [rows, cols] E4M3
   uint8_t* scales = nullptr;     // NVFP4: [rows, cols/16] E4M3; MXFP8: [rows, cols/32] UE8M0
   float global_scale = 1.0f;     // NVFP4 only, dequantization direction; finite and > 0
@@ -33,8 +33,11 @@ struct DequantizeParams {
   int64_t cols = 0;
   void* output = nullptr;            // [rows, cols] row-major, dtype output_dtype
   DType output_dtype = DType::kF32;  // kF32 or kBF16 (RNE from the fp32 value)
-  int64_t output_row_stride = 0;     // elements between rows, >= cols
+  int64_t output_row_stride = 0;     // elements between rows, >= cols (unused when rows <= 1)
 };
+
+// True when there is nothing to do (rows or cols is 0); the checks then skip the pointers.
+inline bool is_empty(int64_t rows, int64_t cols) { return rows == 0 || cols == 0; }
 
 // Throw fp4::Error naming the first field that breaks the contract. `vector_bytes` is the
 // alignment the caller needs of the input/output rows (1 for the CPU, 16 for the CUDA kernels).

@@ -1,5 +1,6 @@
-// parallel_for over an index range on a fixed set of worker threads. The CPU backend and the
-// exhaustive codec tests use it; work is split into contiguous chunks so each thread streams.
+// parallel_for over an index range: one std::thread per chunk, started and joined per call, so
+// it suits work of milliseconds or more (the CPU backend's tensors, the exhaustive codec tests).
+// Work is split into contiguous chunks so each thread streams through memory.
 #pragma once
 
 #include <cstdint>

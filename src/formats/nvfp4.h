@@ -3,7 +3,9 @@
 // optional FP32 global scale `g` is in the dequantization direction (ModelOpt's
 // `weight_scale_2`, vLLM's NVFP4 `k_scale`); the KV-cache variant uses g = 1.
 //
-// Exact operation order (CPU and GPU run this very code, so codes match bit for bit):
+// Exact operation order. The CPU reference runs these functions as written; the CUDA kernel
+// runs the same scale input (nvfp4_scale_input) through the hardware E4M3 conversion and
+// reaches the same quotients through nvfp4_round_by_reciprocal; tests prove all three equal:
 //   amax   = max_i |x_i|                      (NaN ignored here, flagged separately)
 //   sf     = E4M3_RNE_SAT(amax / (6 * g))      (6*g rounded to fp32 first; true division)
 //   d      = float(sf) * g                     (rounded to fp32)
@@ -37,8 +39,13 @@ inline float nvfp4_global_scale_for_amax(float tensor_amax) {
 
 // The pieces of the recipe, exposed so that a kernel which spreads one block over several
 // threads (and reduces amax with shuffles) computes the same bits.
+// What the block scale rounds from: amax / (6 * g), with 6 * g rounded first.
+FP4_HD float nvfp4_scale_input(float amax, float global_scale) {
+  return amax / (kE2M1Max * global_scale);
+}
+
 FP4_HD uint8_t nvfp4_scale_code(float amax, bool has_nan, float global_scale) {
-  return has_nan ? kE4M3NaN : e4m3_encode(amax / (kE2M1Max * global_scale));
+  return has_nan ? kE4M3NaN : e4m3_encode(nvfp4_scale_input(amax, global_scale));
 }
 
 // The divisor of every value in the block: float(sf) * g.

@@ -129,6 +129,48 @@ TEST_F(QuantizeKernels, BitExactAgainstCpuReference) {
   }
 }
 
+// Dequantization of arbitrary bytes, not only of what the quantizer writes: negative and NaN
+// E4M3 scales, E2M1 -0, MXFP8 NaN values under finite scales, every UE8M0 code.
+TEST_F(QuantizeKernels, DequantizeArbitraryBytesMatchesCpu) {
+  auto rng = testing::seeded_rng(2);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (BlockFormat format : {BlockFormat::kNvfp4, BlockFormat::kMxfp8}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      const int64_t rows = 37, cols = 4096;
+      const int64_t value_bytes = format == BlockFormat::kNvfp4 ? rows * cols / 2 : rows * cols;
+      std::vector<uint8_t> values(value_bytes), scales(rows * cols / block_elems(format));
+      for (auto& v : values) v = static_cast<uint8_t>(byte(rng));
+      for (auto& s : scales) s = static_cast<uint8_t>(byte(rng));
+      const float g = format == BlockFormat::kNvfp4 ? 0.37f : 1.0f;
+      const size_t out_bytes = static_cast<size_t>(rows * cols * (dtype_bits(dtype) / 8));
+      std::vector<uint8_t> ref(out_bytes), got(out_bytes);
+      DequantizeParams d{values.data(), scales.data(), g, rows, cols, ref.data(), dtype, cols};
+      cpu::dequantize(format, d);
+      cuda::DeviceBuffer d_values(values.size()), d_scales(scales.size()), d_out(out_bytes);
+      d_values.upload(values.data(), values.size());
+      d_scales.upload(scales.data(), scales.size());
+      d_out.fill(0xA5);
+      DequantizeParams dd = d;
+      dd.values = d_values.as<uint8_t>();
+      dd.scales = d_scales.as<uint8_t>();
+      dd.output = d_out.data();
+      cuda::dequantize(format, dd, nullptr);
+      FP4_CUDA_CHECK(cudaDeviceSynchronize());
+      d_out.download(got.data(), out_bytes);
+      for (size_t i = 0; i < out_bytes; ++i)
+        ASSERT_EQ(got[i], ref[i]) << block_format_name(format) << " " << dtype_name(dtype) << " byte " << i;
+    }
+  }
+}
+
+TEST_F(QuantizeKernels, EmptyTensorsLaunchNothing) {
+  for (BlockFormat format : {BlockFormat::kNvfp4, BlockFormat::kMxfp8}) {
+    EXPECT_NO_THROW(cuda::quantize(format, {nullptr, DType::kBF16, 0, 32, 0, nullptr, nullptr, 1.0f}, nullptr));
+    EXPECT_NO_THROW(cuda::dequantize(format, {nullptr, nullptr, 1.0f, 3, 0, nullptr, DType::kF32, 0}, nullptr));
+  }
+  FP4_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 TEST_F(QuantizeKernels, RejectsMisalignedRows) {
   cuda::DeviceBuffer input(4096), values(4096), scales(4096);
   QuantizeParams q{input.as<uint8_t>() + 4, DType::kF32, 2, 32, 32, values.as<uint8_t>(), scales.as<uint8_t>(), 1.0f};
@@ -136,6 +178,11 @@ TEST_F(QuantizeKernels, RejectsMisalignedRows) {
   q.input = input.data();
   q.input_row_stride = 33;
   EXPECT_THROW(cuda::quantize(BlockFormat::kNvfp4, q, nullptr), Error);
+  q.input_row_stride = 32;
+  q.values = values.as<uint8_t>() + 8;
+  EXPECT_THROW(cuda::quantize(BlockFormat::kMxfp8, q, nullptr), Error);
+  DequantizeParams d{values.as<uint8_t>() + 4, scales.as<uint8_t>(), 1.0f, 2, 32, input.data(), DType::kBF16, 32};
+  EXPECT_THROW(cuda::dequantize(BlockFormat::kNvfp4, d, nullptr), Error);
 }
 
 }  // namespace

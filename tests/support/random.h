@@ -1,8 +1,9 @@
-// Fresh random inputs for tests: a new seed every run (printed, so a failure can be replayed
-// with FP4_TEST_SEED=<seed>), never zeros.
+// Fresh random inputs for tests: a new seed every run (printed before the first test, so a
+// failure can be replayed with FP4_TEST_SEED=<seed>), never zeros.
 #pragma once
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
@@ -21,7 +22,14 @@ inline uint64_t test_seed() {
   return seed;
 }
 
-// Records the seed in the test's output and XML report.
+// Prints the run's seed once, before any test, in every test binary that includes this header.
+class SeedPrinter : public ::testing::Environment {
+ public:
+  void SetUp() override { std::printf("[   SEED   ] FP4_TEST_SEED=%llu\n", static_cast<unsigned long long>(test_seed())); }
+};
+inline ::testing::Environment* const seed_printer = ::testing::AddGlobalTestEnvironment(new SeedPrinter);
+
+// Records the seed in the XML report too.
 inline std::mt19937_64 seeded_rng(uint64_t salt = 0) {
   ::testing::Test::RecordProperty("seed", std::to_string(test_seed()));
   return std::mt19937_64(test_seed() ^ (salt * 0x9E3779B97F4A7C15ull));

@@ -43,10 +43,14 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto cpu_only = std::make_shared<bool>(false);
   CLI::App* sub = app.add_subcommand(
       "bench", "Benchmark the kernels this build supports (CPU always, CUDA when present)");
+  // Ranges keep every buffer allocatable: up to 16 GiB on the GPU (four buffers of this size
+  // are live at once), 4 GiB on the host.
   sub->add_option("--gpu-bytes", options->gpu_tensor_bytes,
-                  "Bytes of the float-side tensor in GPU benchmarks")->capture_default_str();
+                  "Bytes of the float-side tensor in GPU benchmarks")
+      ->capture_default_str()->check(CLI::Range(int64_t{1} << 20, int64_t{16} << 30));
   sub->add_option("--cpu-bytes", options->cpu_tensor_bytes,
-                  "Bytes of the float-side tensor in CPU benchmarks")->capture_default_str();
+                  "Bytes of the float-side tensor in CPU benchmarks")
+      ->capture_default_str()->check(CLI::Range(int64_t{1} << 16, int64_t{4} << 30));
   sub->add_option("--reps", options->reps, "Timed repetitions (the median is reported)")
       ->capture_default_str()->check(CLI::Range(1, 10000));
   sub->add_flag("--cpu-only", *cpu_only, "Skip the GPU benchmarks");

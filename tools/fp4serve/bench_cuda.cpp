@@ -12,12 +12,8 @@
 #include "tools/fp4serve/bench_data.h"
 
 namespace fp4::bench {
-namespace {
 
 constexpr int64_t kCols = 16384;
-
-
-}  // namespace
 
 std::vector<Row> run_gpu_benchmarks(const Options& options, std::string& why) {
   if (cuda::device_count() == 0) {
@@ -26,6 +22,9 @@ std::vector<Row> run_gpu_benchmarks(const Options& options, std::string& why) {
   }
   const cuda::DeviceInfo info = cuda::device_info(0);
   const std::string device = info.name;
+  fmt::print(stderr, "fp4serve bench: {} (sm_{}{}, {} SMs, {:.1f} GiB, L2 {:.0f} MiB)\n", info.name,
+             info.sm_major, info.sm_minor, info.multiprocessors,
+             info.global_memory_bytes / double(1 << 30), info.l2_bytes / double(1 << 20));
   std::vector<Row> rows;
 
   // Ceiling: a device-to-device copy of the same size, counting bytes read plus written.
@@ -87,8 +86,9 @@ std::vector<Row> run_gpu_benchmarks(const Options& options, std::string& why) {
       rows.push_back({device, fmt::format("{} quantize {}", name, dt), shape_string(rows_n, kCols), moved, q_ms, copy_gbps, q_ok});
       const double d_ms = cuda::median_ms([&](cudaStream_t s) { cuda::dequantize(format, d, s); }, 3, options.reps);
       rows.push_back({device, fmt::format("{} dequantize ->{}", name, dt), shape_string(rows_n, kCols), moved, d_ms, copy_gbps, d_ok});
-      FP4_CHECK(q_ok && d_ok, "{} {} kernels disagree with the CPU reference (quantize {}, dequantize {})",
-                name, dt, q_ok ? "ok" : "MISMATCH", d_ok ? "ok" : "MISMATCH");
+      if (!q_ok || !d_ok)
+        fail_internal("{} {} kernels disagree with the CPU reference (quantize {}, dequantize {})",
+                      name, dt, q_ok ? "ok" : "MISMATCH", d_ok ? "ok" : "MISMATCH");
     }
   }
   return rows;

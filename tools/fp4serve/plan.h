@@ -3,16 +3,21 @@
 // weights); this part resolves flags into those layers' inputs and prints the results.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "core/check.h"
 #include "kvcache/sizing.h"
 #include "model/activations.h"
 #include "model/config.h"
+#include "model/presets.h"
 #include "model/weights.h"
 
 namespace fp4::cli::plan {
@@ -52,7 +57,21 @@ struct Options {
   double runtime_overhead_gb = 4.0;
   int64_t max_num_batched_tokens = 8192;
   int64_t max_num_seqs = 256;
+  std::optional<std::string> find_min_gpus;  // "tp" or "dep": search the GPU count
 };
+
+// A layout that cannot run at all: the parallelism does not divide the GPUs, heads or experts,
+// or the weights and reserve exceed a GPU's usable memory. A subclass so that the search over
+// GPU counts can step past these while any other bad input still stops it.
+class LayoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+template <typename... Args>
+void layout_check(bool ok, fmt::format_string<Args...> format, Args&&... args) {
+  if (!ok) throw LayoutError(fmt::format(format, std::forward<Args>(args)...));
+}
 
 struct Parallelism {
   int dp = 1;  // data-parallel ranks, each with its own KV pool and scheduler
@@ -98,13 +117,42 @@ struct Result {
   int64_t max_concurrency_per_rank = 0;
   int64_t max_concurrency_total = 0;
   std::vector<std::string> assumptions;
+  // Set when the weights are computed in a preset's published scheme: the checkpoint to hold
+  // the computed total against. Both figures are reported; neither is adjusted to the other.
+  std::optional<model::PublishedCheckpoint> published;
 
+  int64_t published_diff_bytes() const {
+    return published ? weights.total_bytes() - published->total_bytes : 0;
+  }
+  double published_diff_pct() const {
+    return published ? 100.0 * static_cast<double>(published_diff_bytes()) /
+                           static_cast<double>(published->total_bytes)
+                     : 0.0;
+  }
   bool fits() const { return max_concurrency_per_rank > 0; }
 };
 
 Result compute_plan(const Options& options);
 
+// --find-min-gpus: plans TP n (or DEP n) for n = 1, 2, ... and stops at the first that holds
+// one whole sequence. Every count tried before it is listed with why it fell short.
+struct GpuCountTrial {
+  int num_gpus = 0;
+  std::string layout_error;       // why the layout cannot run; empty when it can
+  int64_t longest_fitting_tokens = 0;  // otherwise: the longest sequence its pool holds
+};
+struct MinGpuSearch {
+  std::string layout;  // "tp" or "dep"
+  std::vector<GpuCountTrial> tried;
+  Result plan;         // the plan at the fewest GPUs
+};
+constexpr int kMaxSearchGpus = 1024;
+MinGpuSearch find_min_gpus(const Options& options);
+
+std::string commas(int64_t n);  // 1234567 -> "1,234,567"
 std::string render_table(const Result& result);
 nlohmann::json render_json(const Result& result);
+std::string render_search_table(const MinGpuSearch& search);
+nlohmann::json render_search_json(const MinGpuSearch& search);
 
 }  // namespace fp4::cli::plan

@@ -13,7 +13,7 @@ namespace {
 // CLI11 2.1 cannot bind std::optional, so optional flags land here and are copied over when
 // their option was actually given.
 struct RawFlags {
-  std::string checkpoint, weights_bytes, quantization, max_model_len;
+  std::string checkpoint, weights_bytes, quantization, max_model_len, find_min_gpus;
   double gpu_memory_gb = 0, reserve_gb = 0;
   int num_gpus = 0, tp = 0, dp = 0, ep = 0, dep = 0;
   bool json = false;
@@ -79,6 +79,9 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   sub->add_option("--max-num-seqs", o->max_num_seqs,
                   "Sequences sampled in one step; sizes the logits in the activation estimate")
       ->capture_default_str();
+  auto* find_min_gpus = sub->add_option("--find-min-gpus", raw->find_min_gpus,
+                                        "tp or dep: try 1, 2, 3, ... GPUs in that layout and plan "
+                                        "the fewest that hold one whole sequence");
   sub->add_flag("--json", raw->json, "Print JSON instead of the table");
 
   sub->callback([=, &exit_code] {
@@ -94,14 +97,24 @@ void add_plan_command(CLI::App& app, int& exit_code) {
     copy_if_given(dp, raw->dp, options.dp);
     copy_if_given(ep, raw->ep, options.ep);
     copy_if_given(dep, raw->dep, options.dep);
+    copy_if_given(find_min_gpus, raw->find_min_gpus, options.find_min_gpus);
 
+    exit_code = 0;
+    if (options.find_min_gpus) {
+      const plan::MinGpuSearch search = plan::find_min_gpus(options);
+      if (raw->json) {
+        fmt::print("{}\n", plan::render_search_json(search).dump(2));
+      } else {
+        fmt::print("{}", plan::render_search_table(search));
+      }
+      return;
+    }
     const plan::Result result = plan::compute_plan(options);
     if (raw->json) {
       fmt::print("{}\n", plan::render_json(result).dump(2));
     } else {
       fmt::print("{}", plan::render_table(result));
     }
-    exit_code = 0;
     if (!result.fits()) {
       fmt::print(stderr, "fp4serve plan: not even one {}-token sequence fits per rank\n",
                  result.max_model_len);

@@ -90,7 +90,7 @@ model::WeightBreakdown resolve_weights(const Options& o, const ResolvedModel& m,
       "quantization {} ({}{}): {}. MXFP8 = 32 E4M3 bytes + 1 UE8M0 scale per 32 weights; NVFP4 "
       "= 8 bytes of E2M1 codes + 1 E4M3 scale per 16 weights, plus two FP32 per-tensor scales",
       quant_scheme_name(*scheme), why,
-      m.preset && !o.quantization ? fmt::format(", {}", m.preset->checkpoint) : "",
+      m.preset && !o.quantization ? fmt::format(", {}", m.preset->checkpoint.repository) : "",
       describe_formats(computed)));
   if (o.weights_bytes) {
     const int64_t declared = parse_byte_size(*o.weights_bytes, "--weights-bytes");
@@ -147,8 +147,8 @@ Result compute_plan(const Options& o) {
             r.model_source);
   FP4_CHECK(r.config.max_position_embeddings == 0 ||
                 r.max_model_len <= r.config.max_position_embeddings,
-            "--max-model-len {} exceeds the model's max_position_embeddings {}", r.max_model_len,
-            r.config.max_position_embeddings);
+            "--max-model-len {} exceeds the model's maximum context, max_position_embeddings = "
+            "{} ({})", r.max_model_len, r.config.max_position_embeddings, r.model_source);
 
   // KV cache.
   kvcache::KvDTypes dtypes;
@@ -174,6 +174,9 @@ Result compute_plan(const Options& o) {
 
   // Weights.
   r.weights = resolve_weights(o, m, r.scheme, notes);
+  if (m.preset && !o.checkpoint && !o.weights_bytes && r.scheme == m.preset->scheme) {
+    r.published = m.preset->checkpoint;
+  }
   r.weights_per_gpu = model::weights_bytes_per_gpu(r.weights, r.placement);
   r.experts_per_gpu =
       model::class_bytes_per_gpu(r.weights, model::WeightClass::kRoutedExperts, r.placement);
@@ -203,6 +206,16 @@ Result compute_plan(const Options& o) {
         o.max_num_seqs, gb(r.runtime_overhead)));
   }
   r.usable_bytes = kvcache::kv_budget_bytes(r.gpu_memory_bytes, r.utilization, 0);
+  // Weights that fit with room for less than one sequence still make a plan (0 sequences and
+  // the longest length that fits); weights that do not fit at all make none.
+  layout_check(r.weights_per_gpu + r.reserve <= r.usable_bytes,
+               "the weights do not fit: {} of weights per GPU ({}: {} of non-expert weights + {} "
+               "of routed experts) + {} reserve = {}, more than the {} usable per GPU ({} x "
+               "gpu-memory-utilization {:g}, {}); use more GPUs, more expert parallelism or a "
+               "smaller quantization", gb(r.weights_per_gpu), r.par.label(),
+               gb(r.weights_per_gpu - r.experts_per_gpu), gb(r.experts_per_gpu), gb(r.reserve),
+               gb(r.weights_per_gpu + r.reserve), gb(r.usable_bytes), gb(r.gpu_memory_bytes),
+               r.utilization, r.gpu_label);
   r.kv_budget = kvcache::kv_budget_bytes(r.gpu_memory_bytes, r.utilization,
                                          r.weights_per_gpu + r.reserve);
   notes.push_back(fmt::format("gpu-memory-utilization {:g}: the engine takes ceil(memory x {:g}) "
@@ -214,6 +227,43 @@ Result compute_plan(const Options& o) {
   notes.push_back("every GPU of a rank holds the same pages (the minimum across workers, as in "
                   "vLLM); all ranks are alike, so the total is per-rank x data-parallel ranks");
   return r;
+}
+
+MinGpuSearch find_min_gpus(const Options& o) {
+  MinGpuSearch search;
+  search.layout = *o.find_min_gpus;
+  FP4_CHECK(search.layout == "tp" || search.layout == "dep", "--find-min-gpus '{}' is not a "
+            "layout; expected tp (one rank, tensor parallel over every GPU) or dep (one rank "
+            "per GPU, experts over all of them)", search.layout);
+  for (const auto& [given, flag] : {std::pair{o.num_gpus.has_value(), "--num-gpus"},
+                                    {o.tp.has_value(), "--tp"}, {o.dp.has_value(), "--dp"},
+                                    {o.ep.has_value(), "--ep"}, {o.dep.has_value(), "--dep"}}) {
+    FP4_CHECK(!given, "--find-min-gpus chooses the GPU count and layout; leave out {}", flag);
+  }
+  for (int n = 1; n <= kMaxSearchGpus; ++n) {
+    Options trial = o;
+    (search.layout == "tp" ? trial.tp : trial.dep) = n;
+    try {
+      Result r = compute_plan(trial);
+      if (r.fits()) {
+        search.plan = std::move(r);
+        return search;
+      }
+      search.tried.push_back({n, "", r.pool.tokens});
+    } catch (const LayoutError& e) {
+      search.tried.push_back({n, e.what(), 0});
+    }
+  }
+  // DEP keeps each sequence on one GPU, so past some count more GPUs stop helping; the
+  // longest length seen tells how far off the request is.
+  const auto best = std::max_element(search.tried.begin(), search.tried.end(),
+                                     [](const auto& a, const auto& b) {
+                                       return a.longest_fitting_tokens < b.longest_fitting_tokens;
+                                     });
+  fail("--find-min-gpus {}: no layout of up to {} GPUs holds one sequence of --max-model-len {} "
+       "tokens; the longest any of them holds is {} tokens ({} GPUs)",
+       search.layout, kMaxSearchGpus, o.max_model_len.value_or("max_position_embeddings"),
+       commas(best->longest_fitting_tokens), best->num_gpus);
 }
 
 }  // namespace fp4::cli::plan

@@ -147,17 +147,26 @@ Parallelism resolve_parallelism(const Options& o, const model::ModelConfig& c) {
   FP4_CHECK(!o.num_gpus || *o.num_gpus == p.num_gpus(),
             "--num-gpus {} does not match the parallelism: {} data-parallel rank(s) x {} "
             "tensor-parallel GPU(s) = {} GPUs", *o.num_gpus, p.dp, p.tp, p.num_gpus());
-  FP4_CHECK(c.num_heads % p.tp == 0, "--tp {} does not divide the model's {} attention heads",
-            p.tp, c.num_heads);
-  FP4_CHECK(c.num_kv_heads % p.tp == 0 || p.tp % c.num_kv_heads == 0,
-            "--tp {} must divide, or be a multiple of, the model's {} KV heads", p.tp,
-            c.num_kv_heads);
+  layout_check(c.num_heads % p.tp == 0, "--tp {} does not divide the model's {} attention heads "
+               "({} / {} is not a whole number)", p.tp, c.num_heads, c.num_heads, p.tp);
+  layout_check(c.num_kv_heads % p.tp == 0 || p.tp % c.num_kv_heads == 0,
+               "--tp {} must divide, or be a multiple of, the model's {} KV heads", p.tp,
+               c.num_kv_heads);
   // Like vLLM, MoE layers use every GPU by default (whole experts with EP, slices without).
   p.ep = o.ep.value_or(p.num_gpus());
-  FP4_CHECK(p.num_gpus() % p.ep == 0, "--ep {} must divide the {} GPUs of the deployment "
-            "(each group of --ep GPUs holds one copy of the experts)", p.ep, p.num_gpus());
-  FP4_CHECK(!c.is_moe() || p.ep <= c.num_experts, "--ep {} exceeds the model's {} routed "
-            "experts", p.ep, c.num_experts);
+  const std::string ep_from =
+      o.dep  ? fmt::format("--dep {} spreads the routed experts over {} GPUs", p.dp, p.ep)
+      : o.ep ? fmt::format("--ep {} spreads the routed experts over {} GPUs", p.ep, p.ep)
+             : fmt::format("the routed experts go over all {} GPUs (--ep {} by default)", p.ep,
+                           p.ep);
+  layout_check(p.num_gpus() % p.ep == 0, "{}, but {} does not divide the {} GPUs of the "
+               "deployment (each group of --ep GPUs holds one copy of the experts)", ep_from,
+               p.ep, p.num_gpus());
+  // The planner places whole experts, and an uneven split would leave the fullest GPU the
+  // bottleneck of every MoE layer, so the experts must split evenly.
+  layout_check(!c.is_moe() || c.num_experts % p.ep == 0, "{}, but {} does not divide the "
+               "model's {} routed experts ({} / {} is not a whole number); choose a divisor "
+               "of {}", ep_from, p.ep, c.num_experts, c.num_experts, p.ep, c.num_experts);
   return p;
 }
 

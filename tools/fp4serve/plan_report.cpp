@@ -13,14 +13,6 @@ namespace {
 using model::Sharding;
 using model::WeightClass;
 
-std::string commas(int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n);
-  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) {
-    digits.insert(static_cast<size_t>(i), ",");
-  }
-  return n < 0 ? "-" + digits : digits;
-}
-
 double gb(int64_t bytes) { return static_cast<double>(bytes) / 1e9; }
 
 std::string class_formats(const model::WeightBreakdown& w, WeightClass cls) {
@@ -74,6 +66,14 @@ std::string concurrency_line(const Result& r) {
 
 }  // namespace
 
+std::string commas(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) {
+    digits.insert(static_cast<size_t>(i), ",");
+  }
+  return n < 0 ? "-" + digits : digits;
+}
+
 std::string render_table(const Result& r) {
   std::string s;
   auto line = [&s](const std::string& text) { s += text + "\n"; };
@@ -126,6 +126,16 @@ std::string render_table(const Result& r) {
                    gb(r.weights_per_gpu - r.experts_per_gpu),
                    r.par.tp > 1 ? fmt::format(", split over its {} GPUs", r.par.tp) : "",
                    gb(r.experts_per_gpu), gb(r.weights_per_gpu)));
+  if (r.published) {
+    const auto& p = *r.published;
+    const bool in_bytes = p.total_as_published.find(commas(p.total_bytes)) != std::string::npos;
+    line(fmt::format("  published checkpoint {}: {}{}{}", p.repository, p.total_as_published,
+                     in_bytes ? "" : fmt::format(" = {} B", commas(p.total_bytes)),
+                     p.shards > 0 ? fmt::format(" in {} shards", p.shards) : ""));
+    line(fmt::format("  computed {:.2f} GB vs published {:.2f} GB: {:+.2f} GB ({:+.2f}%)",
+                     gb(r.weights.total_bytes()), gb(p.total_bytes), gb(r.published_diff_bytes()),
+                     r.published_diff_pct()));
+  }
 
   line("\nMemory per GPU");
   line(fmt::format("  {:<44} {:>10.2f} GB", "GPU memory", gb(r.gpu_memory_bytes)));
@@ -203,6 +213,12 @@ nlohmann::json render_json(const Result& r) {
       {"weights", classes},
       {"weights_params_total", r.weights.total_params()},
       {"weights_bytes_total", r.weights.total_bytes()},
+      {"weights_bytes_published", r.published ? json(r.published->total_bytes) : json(nullptr)},
+      {"weights_published_checkpoint",
+       r.published ? json(r.published->repository) : json(nullptr)},
+      {"weights_published_diff_bytes",
+       r.published ? json(r.published_diff_bytes()) : json(nullptr)},
+      {"weights_published_diff_pct", r.published ? json(r.published_diff_pct()) : json(nullptr)},
       {"weights_bytes_per_gpu", r.weights_per_gpu},
       {"weights_bytes_per_gpu_replicated", r.weights_per_gpu - r.experts_per_gpu},
       {"weights_bytes_per_gpu_expert_sharded", r.experts_per_gpu},
@@ -227,6 +243,38 @@ nlohmann::json render_json(const Result& r) {
                           concurrency_line(r)}},
       {"assumptions", r.assumptions},
   };
+  return out;
+}
+
+std::string render_search_table(const MinGpuSearch& search) {
+  const Result& r = search.plan;
+  std::string s = fmt::format("Fewest GPUs ({} layout) for one {}-token sequence: {} x {} ({})\n",
+                              search.layout == "tp" ? "TP" : "DEP", commas(r.max_model_len),
+                              r.par.num_gpus(), r.gpu_label, r.par.label());
+  for (const auto& t : search.tried) {
+    s += fmt::format("  {} GPU(s): {}\n", t.num_gpus,
+                     t.layout_error.empty()
+                         ? fmt::format("0 sequences; the longest that fits is {} tokens",
+                                       commas(t.longest_fitting_tokens))
+                         : t.layout_error);
+  }
+  s += fmt::format("  {} GPU(s): {} sequence(s) fit; the plan follows\n\n", r.par.num_gpus(),
+                   r.max_concurrency_total);
+  return s + render_table(r);
+}
+
+nlohmann::json render_search_json(const MinGpuSearch& search) {
+  nlohmann::json tried = nlohmann::json::array();
+  for (const auto& t : search.tried) {
+    tried.push_back({{"num_gpus", t.num_gpus},
+                     {"layout_error", t.layout_error.empty() ? nlohmann::json(nullptr)
+                                                             : nlohmann::json(t.layout_error)},
+                     {"longest_fitting_tokens", t.longest_fitting_tokens}});
+  }
+  nlohmann::json out = render_json(search.plan);
+  out["min_gpu_search"] = {{"layout", search.layout},
+                           {"num_gpus", search.plan.par.num_gpus()},
+                           {"tried", tried}};
   return out;
 }
 

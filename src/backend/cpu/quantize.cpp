@@ -1,5 +1,7 @@
 #include "backend/cpu/quantize.h"
 
+#include <cstring>
+
 #include "core/thread_pool.h"
 #include "formats/mxfp8.h"
 #include "formats/nvfp4.h"
@@ -7,14 +9,25 @@
 namespace fp4::cpu {
 namespace {
 
+// Through memcpy: callers hand over raw byte buffers, whatever their declared element type.
 float load_element(const void* row, DType dtype, int64_t i) {
-  if (dtype == DType::kBF16) return bf16_decode(static_cast<const uint16_t*>(row)[i]);
-  return static_cast<const float*>(row)[i];
+  if (dtype == DType::kBF16) {
+    uint16_t h;
+    std::memcpy(&h, static_cast<const uint8_t*>(row) + 2 * i, 2);
+    return bf16_decode(h);
+  }
+  float f;
+  std::memcpy(&f, static_cast<const uint8_t*>(row) + 4 * i, 4);
+  return f;
 }
 
 void store_element(void* row, DType dtype, int64_t i, float v) {
-  if (dtype == DType::kBF16) static_cast<uint16_t*>(row)[i] = bf16_encode(v);
-  else static_cast<float*>(row)[i] = v;
+  if (dtype == DType::kBF16) {
+    const uint16_t h = bf16_encode(v);
+    std::memcpy(static_cast<uint8_t*>(row) + 2 * i, &h, 2);
+  } else {
+    std::memcpy(static_cast<uint8_t*>(row) + 4 * i, &v, 4);
+  }
 }
 
 int64_t input_row_bytes(DType dtype, int64_t stride) { return stride * (dtype_bits(dtype) / 8); }
@@ -33,6 +46,7 @@ void for_each_row(int64_t rows, int64_t cols, Fn&& fn) {
 
 void quantize(BlockFormat format, const QuantizeParams& p) {
   check_quantize_params(format, p, 1);
+  if (is_empty(p.rows, p.cols)) return;
   const int block = block_elems(format);
   const int64_t blocks_per_row = p.cols / block;
   const int64_t value_bytes_per_row = format == BlockFormat::kNvfp4 ? p.cols / 2 : p.cols;
@@ -54,6 +68,7 @@ void quantize(BlockFormat format, const QuantizeParams& p) {
 
 void dequantize(BlockFormat format, const DequantizeParams& p) {
   check_dequantize_params(format, p, 1);
+  if (is_empty(p.rows, p.cols)) return;
   const int block = block_elems(format);
   const int64_t blocks_per_row = p.cols / block;
   const int64_t value_bytes_per_row = format == BlockFormat::kNvfp4 ? p.cols / 2 : p.cols;

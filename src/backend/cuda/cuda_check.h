@@ -1,5 +1,5 @@
-// Every CUDA runtime call and every launch is checked; a failure throws fp4::Error naming the
-// call and the runtime's message.
+// Every CUDA runtime call and every launch is checked; a failure throws fp4::InternalError
+// naming the call and the runtime's message.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,9 +10,7 @@
   do {                                                                                   \
     const cudaError_t fp4_cuda_status = (expr);                                          \
     if (fp4_cuda_status != cudaSuccess)                                                  \
-      ::fp4::fail("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(fp4_cuda_status), \
+      ::fp4::fail_internal("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(fp4_cuda_status), \
                   cudaGetErrorString(fp4_cuda_status), #expr, __FILE__, __LINE__);      \
   } while (0)
 
-// After a kernel launch: reports a bad launch configuration at once.
-#define FP4_CUDA_CHECK_LAUNCH() FP4_CUDA_CHECK(cudaGetLastError())

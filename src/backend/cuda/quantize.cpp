@@ -18,13 +18,13 @@ unsigned grid_for(int64_t rows, int64_t cols, DType float_dtype) {
 
 void quantize(BlockFormat format, const QuantizeParams& p, cudaStream_t stream) {
   check_quantize_params(format, p, 16);
-  if (p.rows * p.cols == 0) return;
+  if (is_empty(p.rows, p.cols)) return;
   FP4_CUDA_CHECK(detail::launch_quantize(format, p, grid_for(p.rows, p.cols, p.input_dtype), stream));
 }
 
 void dequantize(BlockFormat format, const DequantizeParams& p, cudaStream_t stream) {
   check_dequantize_params(format, p, 16);
-  if (p.rows * p.cols == 0) return;
+  if (is_empty(p.rows, p.cols)) return;
   FP4_CUDA_CHECK(detail::launch_dequantize(format, p, grid_for(p.rows, p.cols, p.output_dtype), stream));
 }
 

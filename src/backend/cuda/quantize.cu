@@ -39,11 +39,9 @@ template <int N>
 __device__ __forceinline__ void store_bytes(uint8_t* p, uint64_t v) {
   if constexpr (N == 8) {
     *reinterpret_cast<uint2*>(p) = make_uint2(static_cast<uint32_t>(v), static_cast<uint32_t>(v >> 32));
-  } else if constexpr (N == 4) {
-    *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
   } else {
-    static_assert(N == 2);
-    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
+    static_assert(N == 4);
+    *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
   }
 }
 
@@ -72,8 +70,8 @@ __device__ __forceinline__ uint4 pack(const float* x) {
     if constexpr (sizeof(T) == 4) {
       words[k] = __float_as_uint(x[k]);
     } else {
-      const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
-      words[k] = *reinterpret_cast<const uint32_t*>(&h);
+      const __nv_bfloat162_raw h = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
+      words[k] = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
     }
   }
   return make_uint4(words[0], words[1], words[2], words[3]);
@@ -133,6 +131,8 @@ __global__ void __launch_bounds__(kThreads) nvfp4_quantize_kernel(QuantizeParams
   constexpr int V = 16 / sizeof(T);
   constexpr int kVectors = kNvfp4BlockElems / V;
   constexpr int kBlocksPerThread = kUnroll / kVectors;  // kUnroll vectors in flight per thread
+  // grid_size() counts kUnroll vectors per thread; that is whole blocks only if this holds.
+  static_assert(kUnroll % kVectors == 0 && kBlocksPerThread >= 1);
   const int64_t blocks_per_row = p.cols / kNvfp4BlockElems;
   const int64_t total = p.rows * blocks_per_row;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads * kBlocksPerThread + threadIdx.x;
@@ -159,7 +159,8 @@ __global__ void __launch_bounds__(kThreads) nvfp4_quantize_kernel(QuantizeParams
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < kNvfp4BlockElems; ++i) amax = max_propagating_nan(amax, fabsf(x[i]));
-    const uint8_t scale = is_nan(amax) ? kE4M3NaN : e4m3(amax / (kE2M1Max * p.global_scale));  // nvfp4_scale_code
+    // nvfp4_scale_code, with the hardware E4M3 conversion.
+    const uint8_t scale = is_nan(amax) ? kE4M3NaN : e4m3(nvfp4_scale_input(amax, p.global_scale));
     const float divisor = nvfp4_value_divisor(scale, p.global_scale);
     uint32_t codes[2] = {0, 0};
     const float divisor64 = divisor * 64.0f;  // exact: rounding lands on the grid times 2^-6

@@ -5,6 +5,7 @@
 // functions row by row with strides.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -77,24 +78,31 @@ TEST(Nvfp4Block, CodesAreNearestCandidates) {
 }
 
 // The kernels' division-free rounding must give nvfp4_encode_value's code for every x and
-// every divisor in its range (NaN inputs never reach it: a NaN makes the divisor NaN). Random pairs, plus the hard cases: quotients at and one or two ulps
-// around each E2M1 rounding midpoint and around the 1/8 and 8 shortcuts.
+// every divisor in its range (NaN inputs never reach it: a NaN makes the divisor NaN), in both
+// forms: plain, and with divisor and reciprocal scaled by 2^6 as the kernel calls it. Random
+// pairs over the whole fast range of either form, plus the hard cases: quotients at and up to
+// three ulps around each E2M1 rounding midpoint and the grid's region boundaries (2, 4, 8).
 TEST(Nvfp4Block, ReciprocalEncoderMatchesDivision) {
   auto rng = testing::seeded_rng(15);
-  std::uniform_real_distribution<float> log_d(-90.0f, 84.0f), unit(-8.5f, 8.5f);
-  const float pivots[] = {0.125f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 8.0f};
+  // Divisors d whose plain form (d) or scaled form (64 d) is in [kFastDivisorMin, kFastDivisorMax].
+  std::uniform_real_distribution<float> log_d(-96.0f, 90.0f), unit(-8.5f, 8.5f);
+  const float pivots[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.0f, 2.5f, 3.5f, 4.0f, 5.0f, 6.0f, 8.0f};
   int64_t checked = 0;
   for (int trial = 0; trial < 20000; ++trial) {
-    const float d = std::min(kFastDivisorMax / 64.0f, std::max(kFastDivisorMin, std::exp2(log_d(rng)) * (1.0f + unit(rng) / 17.0f)));
-    ASSERT_TRUE(nvfp4_fast_divisor(d) && nvfp4_fast_divisor(d * 64.0f));
+    const float d = std::clamp(std::exp2(log_d(rng)) * (1.0f + unit(rng) / 17.0f),
+                               kFastDivisorMin / 64.0f, kFastDivisorMax);
     const float y = 1.0f / d, d64 = d * 64.0f, y64 = 1.0f / d64;
+    const bool plain = nvfp4_fast_divisor(d), scaled = nvfp4_fast_divisor(d64);
+    ASSERT_TRUE(plain || scaled) << d;
     auto check = [&](float x) {
       const uint8_t want = nvfp4_encode_value(x, d);
-      ASSERT_EQ(e2m1_encode(nvfp4_round_by_reciprocal(x, d, y)), want)
-          << "x=" << x << " d=" << d << " x/d=" << x / d;
-      // The kernels' form: divisor and reciprocal scaled by 2^6 and 2^-6, result by 2^-6.
-      ASSERT_EQ(e2m1_encode(nvfp4_round_by_reciprocal<-6>(x, d64, y64) * 64.0f), want)
-          << "x=" << x << " d=" << d << " (scaled by 2^6)";
+      if (plain)
+        ASSERT_EQ(e2m1_encode(nvfp4_round_by_reciprocal(x, d, y)), want)
+            << "x=" << x << " d=" << d << " x/d=" << x / d;
+      // The kernel's form: divisor and reciprocal scaled by 2^6 and 2^-6, result by 2^-6.
+      if (scaled)
+        ASSERT_EQ(e2m1_encode(nvfp4_round_by_reciprocal<-6>(x, d64, y64) * 64.0f), want)
+            << "x=" << x << " d=" << d << " (scaled by 2^6)";
       ++checked;
     };
     for (int i = 0; i < 50; ++i) check(unit(rng) * d);
@@ -161,11 +169,15 @@ double mxfp8_round_trip_error(const std::vector<float>& x) {
 // error has a coefficient of variation of about 2 -> 2/sqrt(2^20)/2 = 0.1%), so a +-5% band is
 // over ten standard errors wide and still catches any change to the rounding or scale rule
 // (the next-worse scale rules of 1.8 move the error by 20% or more, e.g. MXFP8 floor: +10%).
+// Student-t(3) has no finite fourth moment, so the relative RMS of a sample has no such bound:
+// over 200 fresh seeds it strayed up to 11% from its mean. Its sample is therefore fixed
+// (seed 1, any seed would do); the Gaussian one stays fresh.
 TEST(RoundTrip, ErrorStatisticsMatchTheFormat) {
   auto rng = testing::seeded_rng(13);
   const size_t n = size_t{1} << 20;
   const auto gauss = testing::random_floats(n, Distribution::kGaussian, rng);
-  const auto heavy = testing::random_floats(n, Distribution::kStudentT3, rng);
+  std::mt19937_64 fixed_rng(1);
+  const auto heavy = testing::random_floats(n, Distribution::kStudentT3, fixed_rng);
   EXPECT_NEAR(nvfp4_round_trip_error(gauss, true), 0.0951, 0.0951 * 0.05);
   EXPECT_NEAR(nvfp4_round_trip_error(gauss, false), 0.0951, 0.0951 * 0.05);
   EXPECT_NEAR(nvfp4_round_trip_error(heavy, true), 0.0881, 0.0881 * 0.05);
@@ -227,11 +239,15 @@ TEST(Nvfp4Block, EdgeCases) {
   EXPECT_EQ(sf, 0);
   EXPECT_EQ(y[0], 0.0f);
 
-  // -0.0 keeps its sign code but dequantizes to a zero.
+  // -0.0 keeps its sign code (0x8) and dequantizes to -0.0.
   x.assign(16, 1.0f);
   x[2] = -0.0f;
+  uint8_t packed[8];
+  nvfp4_quantize_block(x.data(), 1.0f, packed);
+  EXPECT_EQ(packed[1] & 0xF, 0x8);
   y = nvfp4_round_trip_block(x, 1.0f);
   EXPECT_EQ(y[2], 0.0f);
+  EXPECT_TRUE(std::signbit(y[2]));
 }
 
 TEST(Mxfp8Block, EdgeCases) {
@@ -268,6 +284,40 @@ TEST(CpuQuantize, StridedRowsMatchBlockByBlock) {
     }
 }
 
+TEST(CpuQuantize, StridedBf16DequantizeMatchesBlockByBlock) {
+  auto rng = testing::seeded_rng(16);
+  const int64_t rows = 4, cols = 64, stride = 72;
+  const auto x = testing::random_floats(rows * cols, Distribution::kBlockScaled, rng);
+  for (BlockFormat format : {BlockFormat::kNvfp4, BlockFormat::kMxfp8}) {
+    const int block = block_elems(format);
+    const int64_t value_bytes = format == BlockFormat::kNvfp4 ? rows * cols / 2 : rows * cols;
+    std::vector<uint8_t> values(value_bytes), scales(rows * cols / block);
+    cpu::quantize(format, {x.data(), DType::kF32, rows, cols, cols, values.data(), scales.data(), 0.5f});
+    std::vector<uint16_t> out(rows * stride, 0xABCD);
+    cpu::dequantize(format, {values.data(), scales.data(), 0.5f, rows, cols, out.data(), DType::kBF16, stride});
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < cols / block; ++b) {
+        float want[32];
+        if (format == BlockFormat::kNvfp4)
+          nvfp4_dequantize_block(values.data() + (r * cols + b * block) / 2, scales[r * cols / block + b], 0.5f, want);
+        else
+          mxfp8_dequantize_block(values.data() + r * cols + b * block, scales[r * cols / block + b], want);
+        for (int i = 0; i < block; ++i) ASSERT_EQ(out[r * stride + b * block + i], bf16_encode(want[i]));
+      }
+      for (int64_t c = cols; c < stride; ++c) ASSERT_EQ(out[r * stride + c], 0xABCD) << "padding written";
+    }
+  }
+}
+
+TEST(CpuQuantize, EmptyTensorsDoNothing) {
+  for (BlockFormat format : {BlockFormat::kNvfp4, BlockFormat::kMxfp8}) {
+    // No pointers are touched when rows or cols is 0, and a single row needs no stride.
+    EXPECT_NO_THROW(cpu::quantize(format, {nullptr, DType::kF32, 0, 32, 0, nullptr, nullptr, 1.0f}));
+    EXPECT_NO_THROW(cpu::quantize(format, {nullptr, DType::kF32, 5, 0, 0, nullptr, nullptr, 1.0f}));
+    EXPECT_NO_THROW(cpu::dequantize(format, {nullptr, nullptr, 1.0f, 0, 32, nullptr, DType::kBF16, 0}));
+  }
+}
+
 TEST(CpuQuantize, RejectsBadParams) {
   std::vector<float> x(64);
   std::vector<uint8_t> codes(32), scales(4);
@@ -278,6 +328,8 @@ TEST(CpuQuantize, RejectsBadParams) {
   p.global_scale = 0.0f;
   EXPECT_THROW(cpu::quantize(BlockFormat::kNvfp4, p), Error);
   p.global_scale = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(cpu::quantize(BlockFormat::kNvfp4, p), Error);
+  p.global_scale = 1e38f;  // 6 * g overflows
   EXPECT_THROW(cpu::quantize(BlockFormat::kNvfp4, p), Error);
   p.global_scale = 1.0f;
   p.input_dtype = DType::kE4M3;

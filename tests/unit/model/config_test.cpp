@@ -53,6 +53,34 @@ TEST(Presets, ParseIntoTheM3Geometry) {
   EXPECT_EQ(find_model_preset("minimax-m4"), nullptr);
 }
 
+TEST(Presets, CarryThePublishedCheckpoints) {
+  const ModelPreset* m3 = find_model_preset("minimax-m3");
+  const ModelPreset* m31 = find_model_preset("minimax-m3.1-flash");
+  ASSERT_TRUE(m3 && m31);
+  EXPECT_EQ(m3->checkpoint.repository, "MiniMaxAI/MiniMax-M3-MXFP8");
+  EXPECT_EQ(m3->checkpoint.total_as_published, "451.5 GB");
+  EXPECT_EQ(m3->checkpoint.shards, 0);  // not published
+  EXPECT_EQ(m31->checkpoint.repository, "MiniMaxAI/MiniMax-M3.1-Flash");
+  EXPECT_EQ(m31->checkpoint.total_bytes, 250'116'419'880);
+}
+
+TEST(Presets, CheckpointFileErrorsNameTheKey) {
+  const PublishedCheckpoint c = parse_published_checkpoint(
+      R"({"repository": "a/b", "total_bytes": 12, "total_as_published": "12 B"})", "ck.json");
+  EXPECT_EQ(c.total_bytes, 12);
+  expect_error([] { parse_published_checkpoint(R"({"repository": "a/b"})", "ck.json"); },
+               {"ck.json", "total_bytes", "missing"});
+  expect_error([] {
+    parse_published_checkpoint(
+        R"({"repository": "a/b", "total_bytes": 4.5e11, "total_as_published": "x"})", "ck.json");
+  }, {"ck.json", "total_bytes", "450000000000", "positive integer"});
+  expect_error([] {
+    parse_published_checkpoint(R"({"repository": "a/b", "total_bytes": 1, "total_as_published":
+        "1 B", "shards": 0})", "ck.json");
+  }, {"shards is 0"});
+  expect_error([] { parse_published_checkpoint("[1", "ck.json"); }, {"ck.json", "not valid JSON"});
+}
+
 struct KvCase {
   const char* preset;
   CacheDType kv;

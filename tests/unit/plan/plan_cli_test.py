@@ -69,6 +69,91 @@ def check_checkpoint(binary, cwd):
     check(j["index_cache_bytes_per_token"] == 0, j["index_cache_bytes_per_token"])
 
 
+def check_published(binary, cwd):
+    """Computed weights are reported next to the preset's published checkpoint size."""
+    published = {}
+    for model, kv, size in (("minimax-m3", "fp8", 451_500_000_000),
+                            ("minimax-m3.1-flash", "nvfp4", 250_116_419_880)):
+        p = run(binary, ["--model", model, "--kv-cache-dtype", kv, "--json", *LAUNCH], cwd)
+        check(p.returncode == 0, p.stderr)
+        j = json.loads(p.stdout)
+        check(j["weights_bytes_published"] == size, j["weights_bytes_published"])
+        diff = j["weights_bytes_total"] - size
+        check(j["weights_published_diff_bytes"] == diff, j["weights_published_diff_bytes"])
+        check(abs(j["weights_published_diff_pct"] - 100 * diff / size) < 1e-9,
+              j["weights_published_diff_pct"])
+        check(abs(j["weights_published_diff_pct"]) < 2, j["weights_published_diff_pct"])
+        published[model] = j
+    p = run(binary, ["--model", "minimax-m3", "--kv-cache-dtype", "fp8", *LAUNCH], cwd)
+    for text in ("published checkpoint MiniMaxAI/MiniMax-M3-MXFP8: 451.5 GB",
+                 "computed 445.79 GB vs published 451.50 GB: -5.71 GB (-1.26%)"):
+        check(text in p.stdout, f"table lacks {text!r}:\n{p.stdout}")
+    # Another scheme, or declared weights, have no published checkpoint to compare with.
+    for extra in (["--quantization", "bf16"], ["--weights-bytes", "451.5GB"]):
+        p = run(binary, ["--model", "minimax-m3", "--json", "--gpu-memory-gb", "1000",
+                         *LAUNCH[2:], *extra], cwd)
+        check(p.returncode == 0, p.stderr)
+        check(json.loads(p.stdout)["weights_bytes_published"] is None, extra)
+
+
+def check_bad_input(binary, cwd):
+    """Every bad input is an error naming the field and the numbers, with exit status 2."""
+    broken = os.path.join(cwd, "broken.json")
+    with open(broken, "w") as f:
+        json.dump({"num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 100,
+                   "intermediate_size": 256}, f)
+    m31 = ["--model", "minimax-m3.1-flash"]
+    errors = [
+        (["--model", "minimax-m4"], ["'minimax-m4'", "neither a file nor a built-in preset",
+                                     "minimax-m3, minimax-m3.1-flash"]),
+        (["--model", "minimax-m3", "--gpu", "a100"], ["--gpu 'a100'", "h200"]),
+        (["--model", broken], ["broken.json", "hidden_size is missing"]),
+        ([*m31, "--dep", "4", "--tp", "2"], ["--dep 4 means"]),
+        ([*m31, "--dep", "3"], ["--dep 3", "128 routed experts"]),
+        ([*m31, "--dp", "3"], ["all 3 GPUs", "128 routed experts"]),
+        ([*m31, "--tp", "4", "--ep", "3", "--num-gpus", "12"], ["--ep 3", "128 routed experts"]),
+        ([*m31, "--tp", "4", "--ep", "8"], ["--ep 8", "4 GPUs"]),
+        ([*m31, "--tp", "3"], ["--tp 3", "64 attention heads"]),
+        ([*m31, "--num-gpus", "6", "--tp", "4"], ["--num-gpus 6", "--tp 4"]),
+        ([*m31, "--max-model-len", "2m"], ["--max-model-len 2097152",
+                                            "max_position_embeddings = 1048576"]),
+        ([*m31, "--max-model-len", "12q"], ["--max-model-len '12q'"]),
+        (["--model", "minimax-m3", "--checkpoint", cwd, "--weights-bytes", "1GB"],
+         ["either --checkpoint or"]),
+        # One H200 cannot hold M3.1-Flash's 252 GB of weights.
+        ([*m31, "--gpu", "h200"], ["weights do not fit", "252.15 GB of weights per GPU",
+                                   "5.77 GB reserve = 257.92 GB", "135.68 GB usable"]),
+        ([*m31, "--find-min-gpus", "tp", "--dep", "4"], ["--find-min-gpus", "--dep"]),
+        ([*m31, "--find-min-gpus", "ring"], ["--find-min-gpus 'ring'"]),
+    ]
+    for args, expected in errors:
+        p = run(binary, args, cwd)
+        check(p.returncode == 2, f"{args}: exit {p.returncode}, expected 2: {p.stderr}")
+        check(p.stdout == "", f"{args}: printed a plan for bad input:\n{p.stdout}")
+        for text in expected:
+            check(text in p.stderr, f"{args}: stderr {p.stderr!r} lacks {text!r}")
+
+
+def check_find_min_gpus(binary, cwd):
+    """The fewest H200s for one 1M-token M3.1-Flash sequence."""
+    base = ["--model", "minimax-m3.1-flash", "--gpu", "h200", "--max-model-len", "1m",
+            "--kv-cache-dtype", "nvfp4", "--index-cache-dtype", "nvfp4"]
+    p = run(binary, [*base, "--find-min-gpus", "tp", "--json"], cwd)
+    check(p.returncode == 0, p.stderr)
+    j = json.loads(p.stdout)
+    check(j["min_gpu_search"]["num_gpus"] == 4 and j["parallelism"]["tp"] == 4, j["parallelism"])
+    tried = j["min_gpu_search"]["tried"]
+    check([t["num_gpus"] for t in tried] == [1, 2, 3], tried)
+    check("weights do not fit" in tried[0]["layout_error"], tried[0])
+    check(tried[1]["layout_error"] is None and 0 < tried[1]["longest_fitting_tokens"] < 2**20,
+          tried[1])
+    check("--tp 3" in tried[2]["layout_error"], tried[2])
+    # DEP keeps a sequence on one GPU: a 1M-token BF16 cache (145 GB) fits on no count.
+    p = run(binary, [*base[:-4], "--kv-cache-dtype", "bf16", "--index-cache-dtype", "bf16",
+                     "--find-min-gpus", "dep"], cwd)
+    check(p.returncode == 2 and "no layout of up to 1024 GPUs" in p.stderr, p.stderr)
+
+
 def main():
     binary = sys.argv[1]
     # Run from an empty directory: the presets must be compiled in, not read from the tree.
@@ -115,22 +200,14 @@ def main():
                      "Assumptions"):
             check(text in p.stdout, f"table lacks {text!r}:\n{p.stdout}")
 
-        errors = [
-            (["--model", "minimax-m3", "--dep", "4", "--tp", "2"], "--dep 4 means"),
-            (["--model", "nope"], "neither a file nor a built-in preset"),
-            (["--model", "minimax-m3", "--gpu", "a100"], "--gpu 'a100'"),
-            (["--model", "minimax-m3", "--max-model-len", "12q"], "--max-model-len '12q'"),
-            (["--model", "minimax-m3", "--checkpoint", cwd], "either --checkpoint or"),
-        ]
-        errors[-1][0].extend(["--weights-bytes", "1GB"])
-        for args, expected in errors:
-            p = run(binary, args, cwd)
-            check(p.returncode == 1, f"{args}: exit {p.returncode}, expected 1")
-            check(expected in p.stderr, f"{args}: stderr {p.stderr!r} lacks {expected!r}")
+        check_published(binary, cwd)
+        check_bad_input(binary, cwd)
 
-        # A deployment that cannot hold one sequence prints the plan and exits 1.
+        # Weights that fit with no room for one whole sequence still make a plan: it is
+        # printed with the longest length that fits, and the exit status is 1.
         p = run(binary, ["--model", "minimax-m3", "--gpu", "h100", "--tp", "8"], cwd)
         check(p.returncode == 1 and "DOES NOT FIT" in p.stdout, p.stdout + p.stderr)
+        check_find_min_gpus(binary, cwd)
         check_checkpoint(binary, cwd)
     print("plan CLI: all checks passed")
 

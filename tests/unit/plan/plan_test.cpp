@@ -2,6 +2,8 @@
 // resolution and its errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/check.h"
 #include "tools/fp4serve/plan.h"
 
@@ -126,6 +128,108 @@ TEST(Plan, OneSequenceThatDoesNotFitIsReported) {
   EXPECT_NE(render_table(r).find("DOES NOT FIT"), std::string::npos);
 }
 
+// The weights computed from config.json against the published checkpoint sizes carried by the
+// presets (presets/*/checkpoint.json). Published: M3-MXFP8 451.5 GB, M3.1-Flash
+// 250,116,419,880 B, 44.60% smaller. Computed: 445.79 GB (-1.26%) and 252.15 GB (+0.81%),
+// 43.44% smaller. The gaps are reported, not closed: docs/planner.md §2 says what is not counted.
+TEST(PublishedCheckpoint, ComputedWeightsAreReportedAgainstIt) {
+  const Result m3 = compute_plan(launch("minimax-m3", "fp8", "none"));
+  const Result m31 = compute_plan(launch("minimax-m3.1-flash", "nvfp4", "none"));
+  ASSERT_TRUE(m3.published && m31.published);
+  EXPECT_EQ(m3.published->total_bytes, 451'500'000'000);
+  EXPECT_EQ(m31.published->total_bytes, 250'116'419'880);
+  EXPECT_EQ(m31.published->shards, 48);
+  for (const Result* r : {&m3, &m31}) {
+    EXPECT_EQ(r->published_diff_bytes(), r->weights.total_bytes() - r->published->total_bytes);
+    EXPECT_LT(std::abs(r->published_diff_pct()), 2.0) << r->model_name;
+    const nlohmann::json j = render_json(*r);
+    EXPECT_EQ(j["weights_bytes_published"], r->published->total_bytes);
+    EXPECT_EQ(j["weights_published_diff_bytes"], r->published_diff_bytes());
+    EXPECT_DOUBLE_EQ(j["weights_published_diff_pct"].get<double>(), r->published_diff_pct());
+  }
+  EXPECT_NEAR(m3.published_diff_pct(), -1.26, 0.005);
+  EXPECT_NEAR(m31.published_diff_pct(), 0.81, 0.005);
+  const auto reduction = [](double from, double to) { return 1.0 - to / from; };
+  const double published = reduction(static_cast<double>(m3.published->total_bytes),
+                                     static_cast<double>(m31.published->total_bytes));
+  const double computed = reduction(static_cast<double>(m3.weights.total_bytes()),
+                                    static_cast<double>(m31.weights.total_bytes()));
+  EXPECT_NEAR(published, 0.4460, 0.00005);
+  EXPECT_NEAR(computed, 0.4344, 0.00005);
+  EXPECT_NEAR(computed, published, 0.02);
+  const std::string table = render_table(m31);
+  EXPECT_NE(table.find("published checkpoint MiniMaxAI/MiniMax-M3.1-Flash: 250,116,419,880 "
+                       "bytes in 48 shards"), std::string::npos) << table;
+  EXPECT_NE(table.find("computed 252.15 GB vs published 250.12 GB: +2.04 GB (+0.81%)"),
+            std::string::npos) << table;
+}
+
+TEST(PublishedCheckpoint, OnlyForThePublishedScheme) {
+  Options other = launch("minimax-m3", "fp8", "none");
+  other.quantization = "bf16";
+  other.gpu_memory_gb = 1000;
+  EXPECT_FALSE(compute_plan(other).published);
+  Options declared = launch("minimax-m3", "fp8", "none");
+  declared.weights_bytes = "451.5GB";
+  const Result d = compute_plan(declared);
+  EXPECT_FALSE(d.published);
+  EXPECT_TRUE(render_json(d)["weights_bytes_published"].is_null());
+  Options named = launch("minimax-m3", "fp8", "none");
+  named.quantization = "mxfp8";  // the published scheme, given explicitly
+  EXPECT_TRUE(compute_plan(named).published);
+}
+
+TEST(Plan, WeightsThatDoNotFitAreAnErrorNotAPlan) {
+  Options o = launch("minimax-m3.1-flash", "nvfp4", "nvfp4");
+  o.gpu = "h200";
+  o.dep = 2;  // 19.77 GB of copy + 64 of 128 experts = 135.96 GB > 135.68 GB usable
+  expect_error([&] { compute_plan(o); },
+               {"weights do not fit", "135.96 GB of weights per GPU", "DEP2",
+                "116.19 GB of routed experts", "5.77 GB reserve = 141.73 GB",
+                "135.68 GB usable", "150.75 GB x gpu-memory-utilization 0.9"});
+  EXPECT_THROW(compute_plan(o), LayoutError);
+  o.dep = 4;  // fits, with room for 5 sequences per rank
+  EXPECT_EQ(compute_plan(o).max_concurrency_total, 20);
+}
+
+TEST(FindMinGpus, OneMillionTokensOnH200) {
+  Options o;
+  o.model = "minimax-m3.1-flash";
+  o.gpu = "h200";
+  o.max_model_len = "1m";
+  o.kv_cache_dtype = o.index_cache_dtype = "nvfp4";
+  o.find_min_gpus = "tp";
+  const MinGpuSearch tp = find_min_gpus(o);
+  EXPECT_EQ(tp.plan.par.tp, 4);
+  EXPECT_EQ(tp.plan.max_concurrency_total, 4);
+  ASSERT_EQ(tp.tried.size(), 3u);
+  EXPECT_NE(tp.tried[0].layout_error.find("weights do not fit"), std::string::npos);
+  EXPECT_TRUE(tp.tried[1].layout_error.empty());  // TP2: weights fit, 208,384 tokens do
+  EXPECT_EQ(tp.tried[1].longest_fitting_tokens, 208'384);
+  EXPECT_NE(tp.tried[2].layout_error.find("--tp 3"), std::string::npos);
+  o.find_min_gpus = "dep";
+  o.kv_cache_dtype = o.index_cache_dtype = "fp8";
+  const MinGpuSearch dep = find_min_gpus(o);
+  EXPECT_EQ(dep.plan.par.dp, 8);  // DEP4 holds 752,896 FP8 tokens per GPU, short of 1M
+  EXPECT_TRUE(dep.plan.par.dep);
+  // A 1M-token BF16 sequence (145 GB) exceeds one GPU, and DEP keeps it on one.
+  o.kv_cache_dtype = o.index_cache_dtype = "bf16";
+  expect_error([&] { find_min_gpus(o); }, {"--find-min-gpus dep", "1024 GPUs", "1m"});
+}
+
+TEST(FindMinGpus, OtherBadInputStopsTheSearch) {
+  Options o;
+  o.model = "minimax-m4";
+  o.find_min_gpus = "tp";
+  expect_error([&] { find_min_gpus(o); }, {"'minimax-m4'"});
+  o.model = "minimax-m3";
+  o.tp = 2;
+  expect_error([&] { find_min_gpus(o); }, {"--find-min-gpus", "--tp"});
+  o.tp.reset();
+  o.find_min_gpus = "ring";
+  expect_error([&] { find_min_gpus(o); }, {"--find-min-gpus 'ring'", "tp", "dep"});
+}
+
 TEST(ParseTokenCount, AcceptsSuffixes) {
   EXPECT_EQ(parse_token_count("4096", "--n"), 4096);
   EXPECT_EQ(parse_token_count("256k", "--n"), 262'144);
@@ -189,6 +293,25 @@ TEST(Parallelism, BadFlagsAreErrors) {
   o.ep.reset();
   o.dep = 0;
   expect_error([&] { compute_plan(o); }, {"--dep", "positive"});
+}
+
+TEST(Parallelism, ExpertsMustSplitEvenly) {
+  Options o = launch("minimax-m3.1-flash", "nvfp4", "nvfp4");
+  o.dep = 3;
+  expect_error([&] { compute_plan(o); }, {"--dep 3", "3 GPUs", "128 routed experts"});
+  EXPECT_THROW(compute_plan(o), LayoutError);
+  o.dep.reset();
+  o.dp = 3;  // no --ep: the experts go over all 3 GPUs
+  expect_error([&] { compute_plan(o); }, {"all 3 GPUs", "--ep 3", "128 routed experts"});
+  o.dp.reset();
+  o.tp = 4;
+  o.num_gpus = 12;
+  o.ep = 3;
+  expect_error([&] { compute_plan(o); }, {"--ep 3", "128 routed experts"});
+  o.ep = 6;
+  expect_error([&] { compute_plan(o); }, {"--ep 6", "128 routed experts"});
+  o.ep = 4;
+  EXPECT_EQ(compute_plan(o).par.label(), "DP3 x TP4, EP4");
 }
 
 TEST(Plan, BadModelGpuAndCacheFlagsAreErrors) {
