@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/int_math.h"
 
 namespace fp4::kvcache {
 
@@ -41,7 +42,7 @@ KvLayout kv_layout(const KvGeometry& g, const KvDTypes& dtypes, int tp) {
 
 int64_t pages_for_tokens(int64_t tokens, int page_tokens) {
   FP4_CHECK(tokens >= 0 && page_tokens > 0, "pages_for_tokens({}, {})", tokens, page_tokens);
-  return (tokens + page_tokens - 1) / page_tokens;
+  return ceil_div(tokens, page_tokens);
 }
 
 int64_t kv_budget_bytes(int64_t gpu_memory_bytes, double utilization, int64_t non_kv_bytes) {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/int_math.h"
 
 namespace fp4::model {
 namespace {
@@ -12,7 +13,6 @@ namespace {
 constexpr int64_t kAct = 2;  // BF16 activations
 constexpr int64_t kF32 = 4;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t per_gpu(int64_t heads, int tp) { return std::max<int64_t>(1, heads / tp); }
 
 }  // namespace

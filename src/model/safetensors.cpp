@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <tuple>
 
 #include "core/check.h"
@@ -32,6 +33,20 @@ std::vector<int64_t> read_int_array(const json& v, const std::string& path,
   return out;
 }
 
+// The product of the dimensions, or nullopt when it does not fit in an int64: a corrupt or
+// hostile header must not wrap to a small count that then matches its data_offsets.
+std::optional<int64_t> element_count(const std::vector<int64_t>& shape) {
+  // A zero dimension makes the product 0 even when the other dimensions alone would overflow.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
+  }
+  return n;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) { return json(shape).dump(); }
+
 SafetensorsTensor parse_entry(const std::string& name, const json& v, const std::string& path) {
   FP4_CHECK(v.is_object(), "{}: tensor '{}' is {}, expected an object with dtype, shape and "
             "data_offsets", path, name, v.dump());
@@ -44,6 +59,8 @@ SafetensorsTensor parse_entry(const std::string& name, const json& v, const std:
   auto shape = v.find("shape");
   FP4_CHECK(shape != v.end(), "{}: tensor '{}' has no 'shape'", path, name);
   t.shape = read_int_array(*shape, path, name, "shape");
+  FP4_CHECK(element_count(t.shape).has_value(), "{}: tensor '{}': shape {} has more elements "
+            "than a 64-bit count holds", path, name, shape_text(t.shape));
   auto offsets = v.find("data_offsets");
   FP4_CHECK(offsets != v.end(), "{}: tensor '{}' has no 'data_offsets'", path, name);
   const auto off = read_int_array(*offsets, path, name, "data_offsets");
@@ -58,9 +75,10 @@ SafetensorsTensor parse_entry(const std::string& name, const json& v, const std:
 }  // namespace
 
 int64_t SafetensorsTensor::elements() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+  const std::optional<int64_t> n = element_count(shape);
+  FP4_CHECK(n.has_value(), "tensor '{}': shape {} has more elements than a 64-bit count holds",
+            name, shape_text(shape));
+  return *n;
 }
 
 int64_t SafetensorsHeader::data_bytes() const {
@@ -121,9 +139,14 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
     FP4_CHECK(t.end <= data_size, "{}: tensor '{}' ends at byte {} of the data section, but the "
               "file holds only {} bytes of data (truncated file?)", path, name, t.end, data_size);
     if (const int bits = dtype_bits(t.dtype); bits > 0) {
-      const int64_t expected = (t.elements() * bits + 7) / 8;
+      int64_t total_bits = 0;
+      FP4_CHECK(!__builtin_mul_overflow(t.elements(), int64_t{bits}, &total_bits),
+                "{}: tensor '{}' ({} {}): {} elements of {} bits are more bits than a 64-bit "
+                "count holds", path, name, t.dtype, shape_text(t.shape), t.elements(), bits);
+      // Rounded up to whole bytes without the + 7 that could overflow near the int64 limit.
+      const int64_t expected = total_bits / 8 + (total_bits % 8 != 0 ? 1 : 0);
       FP4_CHECK(t.bytes() == expected, "{}: tensor '{}' ({} {}) spans {} bytes, expected {}",
-                path, name, t.dtype, value["shape"].dump(), t.bytes(), expected);
+                path, name, t.dtype, shape_text(t.shape), t.bytes(), expected);
     }
     h.tensors.push_back(std::move(t));
   }
@@ -160,7 +183,11 @@ WeightBreakdown scan_checkpoint(const std::string& dir, const ModelConfig& confi
         g.count = g.params = g.bytes = 0;
       }
       g.count += 1;
-      g.params += t.elements();
+      // Dtypes without a known width are not checked against data_offsets, so their shapes
+      // can still claim more parameters than a sum of them can hold.
+      FP4_CHECK(!__builtin_add_overflow(g.params, t.elements(), &g.params),
+                "{}: tensor '{}' ({} {}) takes the {} parameter count past what a 64-bit "
+                "count holds", file.string(), t.name, t.dtype, shape_text(t.shape), g.name);
       g.bytes += t.bytes();
       ++tensors;
     }

@@ -2,12 +2,11 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/int_math.h"
 #include "model/weights.h"
 
 namespace fp4::model {
 namespace {
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool contains(const std::string& s, std::string_view part) {
   return s.find(part) != std::string::npos;

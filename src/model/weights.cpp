@@ -1,17 +1,18 @@
 #include "model/weights.h"
 
 #include "core/check.h"
+#include "core/int_math.h"
 #include "formats/mxfp8.h"
 #include "formats/nvfp4.h"
 
 namespace fp4::model {
 namespace {
 
-int64_t round_up(int64_t x, int64_t multiple) { return (x + multiple - 1) / multiple * multiple; }
+int64_t round_up(int64_t x, int64_t multiple) { return ceil_div(x, multiple) * multiple; }
 
 // The formats each scheme uses. The MXFP8 scheme keeps exactly the tensors the official
 // M3.1-Flash checkpoint keeps outside NVFP4 in the same formats, so the two schemes differ only
-// in the routed experts, as the launch report describes the size reduction.
+// in the routed experts, the class that checkpoint stores in NVFP4.
 WeightFormat format_for(WeightClass cls, QuantScheme scheme) {
   switch (cls) {
     case WeightClass::kRouter: return WeightFormat::kFP32;  // routing is computed in FP32

@@ -2,9 +2,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <string_view>
 
 #include "core/check.h"
+#include "core/int_math.h"
 #include "kvcache/cache_dtype.h"
 #include "model/presets.h"
 #include "model/safetensors.h"
@@ -15,7 +18,26 @@ namespace {
 
 using kvcache::CacheDType;
 
-std::string gb(int64_t bytes) { return fmt::format("{:.2f} GB", static_cast<double>(bytes) / 1e9); }
+std::string gb_text(int64_t bytes) {
+  return fmt::format("{:.2f} GB", static_cast<double>(bytes) / 1e9);
+}
+
+// A petabyte per GPU: far beyond any device, far below where GB x 1e9 leaves int64.
+constexpr double kMaxGbFlag = 1e6;
+
+// Converting a GB flag to bytes is undefined for NaN, infinities and values past int64, so
+// every one is checked here first, naming the flag as parse_byte_size does.
+int64_t gb_flag_bytes(double gb, std::string_view flag, bool zero_allowed) {
+  FP4_CHECK(std::isfinite(gb) && (zero_allowed ? gb >= 0 : gb > 0) && gb <= kMaxGbFlag,
+            "{} {} is not a memory size; expected a finite number of GB (1 GB = 10^9 bytes), "
+            "{} and at most {}", flag, gb, zero_allowed ? "0 or more" : "more than 0",
+            commas(static_cast<int64_t>(kMaxGbFlag)));
+  return static_cast<int64_t>(std::llround(gb * 1e9));
+}
+
+// Tokens per step and sequences per step multiply model widths in the activation estimate;
+// past this the products leave int64, and no engine schedules a step this large.
+constexpr int64_t kMaxStepSize = int64_t{1} << 30;
 
 struct ResolvedModel {
   model::ModelConfig config;
@@ -96,8 +118,8 @@ model::WeightBreakdown resolve_weights(const Options& o, const ResolvedModel& m,
     const int64_t declared = parse_byte_size(*o.weights_bytes, "--weights-bytes");
     notes.push_back(fmt::format("weights: declared total {}; the routed experts are counted from "
                                 "the config ({}), the rest is split like attention",
-                                gb(declared),
-                                gb(computed.bytes_of(model::WeightClass::kRoutedExperts))));
+                                gb_text(declared),
+                                gb_text(computed.bytes_of(model::WeightClass::kRoutedExperts))));
     return model::declared_weights(computed, declared);
   }
   notes.push_back("weights: counted from config.json; the vision tower and MTP/draft heads are "
@@ -108,6 +130,24 @@ model::WeightBreakdown resolve_weights(const Options& o, const ResolvedModel& m,
 }  // namespace
 
 Result compute_plan(const Options& o) {
+  // Numeric flags are checked before anything uses them: a cast or product of an
+  // out-of-range value is undefined, not an error.
+  const int64_t gpu_memory_bytes =
+      o.gpu_memory_gb ? gb_flag_bytes(*o.gpu_memory_gb, "--gpu-memory-gb", false) : 0;
+  const int64_t reserve_bytes =
+      o.reserve_gb ? gb_flag_bytes(*o.reserve_gb, "--reserve-gb", true) : 0;
+  const int64_t runtime_overhead_bytes =
+      gb_flag_bytes(o.runtime_overhead_gb, "--runtime-overhead-gb", true);
+  FP4_CHECK(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1,
+            "--gpu-memory-utilization {} is not a fraction; expected more than 0 and at most 1",
+            o.gpu_memory_utilization);
+  for (const auto& [value, flag] :
+       {std::pair{o.max_num_batched_tokens, "--max-num-batched-tokens"},
+        {o.max_num_seqs, "--max-num-seqs"}}) {
+    FP4_CHECK(value > 0 && value <= kMaxStepSize, "{} {} is out of range; expected 1 to {}", flag,
+              value, kMaxStepSize);
+  }
+
   Result r;
   const ResolvedModel m = resolve_model(o);
   r.config = m.config;
@@ -121,18 +161,19 @@ Result compute_plan(const Options& o) {
   r.gpu_label = gpu != nullptr ? std::string(gpu->label) : o.gpu;
   r.gpu_published_gb = gpu != nullptr ? gpu->published_gb : 0.0;
   if (o.gpu_memory_gb) {
-    FP4_CHECK(*o.gpu_memory_gb > 0, "--gpu-memory-gb must be positive, got {}", *o.gpu_memory_gb);
-    r.gpu_memory_bytes = static_cast<int64_t>(*o.gpu_memory_gb * 1e9);
-    notes.push_back(fmt::format("GPU memory {} per GPU (--gpu-memory-gb)", gb(r.gpu_memory_bytes)));
+    r.gpu_memory_bytes = gpu_memory_bytes;
+    notes.push_back(
+        fmt::format("GPU memory {} per GPU (--gpu-memory-gb)", gb_text(r.gpu_memory_bytes)));
   } else {
     r.gpu_memory_bytes = gpu->memory_bytes;
     notes.push_back(fmt::format("GPU memory {} per GPU: {} (published {:g} GB)",
-                                gb(r.gpu_memory_bytes), gpu->memory_source, gpu->published_gb));
+                                gb_text(r.gpu_memory_bytes), gpu->memory_source,
+                                gpu->published_gb));
   }
   r.par = resolve_parallelism(o, r.config);
   r.placement = {r.par.tp, r.par.ep};
   const int64_t experts_per_gpu =
-      r.config.is_moe() ? (r.config.num_experts + r.par.ep - 1) / r.par.ep : 0;
+      r.config.is_moe() ? ceil_div(r.config.num_experts, r.par.ep) : 0;
   notes.push_back(fmt::format(
       "parallelism {}: {} data-parallel rank(s), each with its own KV pool and its own copy of "
       "the non-expert weights{}; routed experts spread over {} GPU(s), {} of {} per GPU per MoE "
@@ -188,22 +229,19 @@ Result compute_plan(const Options& o) {
       r.config, {o.max_num_batched_tokens, o.max_num_seqs, r.max_model_len, r.par.tp});
   r.utilization = o.gpu_memory_utilization;
   if (o.reserve_gb) {
-    FP4_CHECK(*o.reserve_gb >= 0, "--reserve-gb cannot be negative, got {}", *o.reserve_gb);
     r.reserve_given = true;
-    r.reserve = static_cast<int64_t>(*o.reserve_gb * 1e9);
+    r.reserve = reserve_bytes;
     notes.push_back(fmt::format("reserve {} per GPU for activations and the runtime "
-                                "(--reserve-gb)", gb(r.reserve)));
+                                "(--reserve-gb)", gb_text(r.reserve)));
   } else {
-    FP4_CHECK(o.runtime_overhead_gb >= 0, "--runtime-overhead-gb cannot be negative, got {}",
-              o.runtime_overhead_gb);
-    r.runtime_overhead = static_cast<int64_t>(o.runtime_overhead_gb * 1e9);
+    r.runtime_overhead = runtime_overhead_bytes;
     r.reserve = r.activations.peak + r.runtime_overhead;
     notes.push_back(fmt::format(
         "reserve {} per GPU = activation peak {} ({} phase of a {}-token step, {} sampled "
         "sequences, balanced expert routing) + runtime overhead {} (CUDA graphs, NCCL and "
         "all-to-all buffers, GEMM workspaces, fragmentation; --runtime-overhead-gb)",
-        gb(r.reserve), gb(r.activations.peak), r.activations.peak_phase, o.max_num_batched_tokens,
-        o.max_num_seqs, gb(r.runtime_overhead)));
+        gb_text(r.reserve), gb_text(r.activations.peak), r.activations.peak_phase,
+        o.max_num_batched_tokens, o.max_num_seqs, gb_text(r.runtime_overhead)));
   }
   r.usable_bytes = kvcache::kv_budget_bytes(r.gpu_memory_bytes, r.utilization, 0);
   // Weights that fit with room for less than one sequence still make a plan (0 sequences and
@@ -212,15 +250,15 @@ Result compute_plan(const Options& o) {
                "the weights do not fit: {} of weights per GPU ({}: {} of non-expert weights + {} "
                "of routed experts) + {} reserve = {}, more than the {} usable per GPU ({} x "
                "gpu-memory-utilization {:g}, {}); use more GPUs, more expert parallelism or a "
-               "smaller quantization", gb(r.weights_per_gpu), r.par.label(),
-               gb(r.weights_per_gpu - r.experts_per_gpu), gb(r.experts_per_gpu), gb(r.reserve),
-               gb(r.weights_per_gpu + r.reserve), gb(r.usable_bytes), gb(r.gpu_memory_bytes),
-               r.utilization, r.gpu_label);
+               "smaller quantization", gb_text(r.weights_per_gpu), r.par.label(),
+               gb_text(r.weights_per_gpu - r.experts_per_gpu), gb_text(r.experts_per_gpu),
+               gb_text(r.reserve), gb_text(r.weights_per_gpu + r.reserve),
+               gb_text(r.usable_bytes), gb_text(r.gpu_memory_bytes), r.utilization, r.gpu_label);
   r.kv_budget = kvcache::kv_budget_bytes(r.gpu_memory_bytes, r.utilization,
                                          r.weights_per_gpu + r.reserve);
   notes.push_back(fmt::format("gpu-memory-utilization {:g}: the engine takes ceil(memory x {:g}) "
                               "= {} per GPU and gives the KV cache what weights and reserve leave",
-                              r.utilization, r.utilization, gb(r.usable_bytes)));
+                              r.utilization, r.utilization, gb_text(r.usable_bytes)));
   r.pool = kvcache::size_kv_pool(r.layout_gpu, r.kv_budget, r.max_model_len);
   r.max_concurrency_per_rank = r.pool.max_seqs;
   r.max_concurrency_total = r.pool.max_seqs * r.par.dp;

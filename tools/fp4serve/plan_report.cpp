@@ -13,7 +13,7 @@ namespace {
 using model::Sharding;
 using model::WeightClass;
 
-double gb(int64_t bytes) { return static_cast<double>(bytes) / 1e9; }
+double in_gb(int64_t bytes) { return static_cast<double>(bytes) / 1e9; }
 
 std::string class_formats(const model::WeightBreakdown& w, WeightClass cls) {
   std::set<std::string> names;
@@ -114,18 +114,18 @@ std::string render_table(const Result& r) {
     if (!has_class(r.weights, cls)) continue;
     line(fmt::format("  {:<15} {:>13.3f}  {:<12} {:>10.3f} {:>11.3f}  {}", weight_class_name(cls),
                      static_cast<double>(r.weights.params_of(cls)) / 1e9,
-                     class_formats(r.weights, cls), gb(r.weights.bytes_of(cls)),
-                     gb(model::class_bytes_per_gpu(r.weights, cls, r.placement)),
+                     class_formats(r.weights, cls), in_gb(r.weights.bytes_of(cls)),
+                     in_gb(model::class_bytes_per_gpu(r.weights, cls, r.placement)),
                      class_split(r, cls)));
   }
   line(fmt::format("  {:<15} {:>13.3f}  {:<12} {:>10.3f} {:>11.3f}", "total",
                    static_cast<double>(r.weights.total_params()) / 1e9, "",
-                   gb(r.weights.total_bytes()), gb(r.weights_per_gpu)));
+                   in_gb(r.weights.total_bytes()), in_gb(r.weights_per_gpu)));
   line(fmt::format("  per GPU: {:.2f} GB of non-expert weights (every rank holds a copy{}) + "
                    "{:.2f} GB of routed experts = {:.2f} GB",
-                   gb(r.weights_per_gpu - r.experts_per_gpu),
+                   in_gb(r.weights_per_gpu - r.experts_per_gpu),
                    r.par.tp > 1 ? fmt::format(", split over its {} GPUs", r.par.tp) : "",
-                   gb(r.experts_per_gpu), gb(r.weights_per_gpu)));
+                   in_gb(r.experts_per_gpu), in_gb(r.weights_per_gpu)));
   if (r.published) {
     const auto& p = *r.published;
     const bool in_bytes = p.total_as_published.find(commas(p.total_bytes)) != std::string::npos;
@@ -133,22 +133,22 @@ std::string render_table(const Result& r) {
                      in_bytes ? "" : fmt::format(" = {} B", commas(p.total_bytes)),
                      p.shards > 0 ? fmt::format(" in {} shards", p.shards) : ""));
     line(fmt::format("  computed {:.2f} GB vs published {:.2f} GB: {:+.2f} GB ({:+.2f}%)",
-                     gb(r.weights.total_bytes()), gb(p.total_bytes), gb(r.published_diff_bytes()),
-                     r.published_diff_pct()));
+                     in_gb(r.weights.total_bytes()), in_gb(p.total_bytes),
+                     in_gb(r.published_diff_bytes()), r.published_diff_pct()));
   }
 
   line("\nMemory per GPU");
-  line(fmt::format("  {:<44} {:>10.2f} GB", "GPU memory", gb(r.gpu_memory_bytes)));
+  line(fmt::format("  {:<44} {:>10.2f} GB", "GPU memory", in_gb(r.gpu_memory_bytes)));
   line(fmt::format("  {:<44} {:>10.2f} GB",
                    fmt::format("usable (x {:g} gpu-memory-utilization)", r.utilization),
-                   gb(r.usable_bytes)));
-  line(fmt::format("  {:<44} {:>10.2f} GB", "- weights", gb(r.weights_per_gpu)));
-  line(fmt::format("  {:<44} {:>10.2f} GB",
-                   r.reserve_given ? std::string("- reserve (given)")
-                                   : fmt::format("- reserve (activations {:.2f} + runtime {:.2f})",
-                                                 gb(r.activations.peak), gb(r.runtime_overhead)),
-                   gb(r.reserve)));
-  line(fmt::format("  {:<44} {:>10.2f} GB", "= KV cache budget", gb(r.kv_budget)));
+                   in_gb(r.usable_bytes)));
+  line(fmt::format("  {:<44} {:>10.2f} GB", "- weights", in_gb(r.weights_per_gpu)));
+  const std::string reserve_label =
+      r.reserve_given ? std::string("- reserve (given)")
+                      : fmt::format("- reserve (activations {:.2f} + runtime {:.2f})",
+                                    in_gb(r.activations.peak), in_gb(r.runtime_overhead));
+  line(fmt::format("  {:<44} {:>10.2f} GB", reserve_label, in_gb(r.reserve)));
+  line(fmt::format("  {:<44} {:>10.2f} GB", "= KV cache budget", in_gb(r.kv_budget)));
 
   line(fmt::format("\nCapacity per data-parallel rank ({} rank(s); each logs its own lines)",
                    r.par.dp));

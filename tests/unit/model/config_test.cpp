@@ -9,30 +9,18 @@
 #include "core/check.h"
 #include "kvcache/sizing.h"
 #include "model/presets.h"
+#include "tests/support/expect_error.h"
 
 namespace fp4::model {
 namespace {
 
 using kvcache::CacheDType;
+using testing::expect_error;
 
 ModelConfig preset(const char* name) {
   const ModelPreset* p = find_model_preset(name);
   EXPECT_NE(p, nullptr) << name;
   return parse_model_config(std::string(p->config_json), name);
-}
-
-// Expects `fn` to throw fp4::Error whose message contains every one of `parts`.
-template <typename Fn>
-void expect_error(Fn fn, std::initializer_list<const char*> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    for (const char* part : parts) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "message '" << e.what() << "' lacks '" << part << "'";
-    }
-  }
 }
 
 TEST(Presets, ParseIntoTheM3Geometry) {

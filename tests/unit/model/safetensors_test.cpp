@@ -6,8 +6,10 @@
 #include <fstream>
 #include <optional>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "core/check.h"
+#include "tests/support/expect_error.h"
 
 namespace fp4::model {
 namespace {
@@ -41,17 +43,11 @@ class SafetensorsTest : public ::testing::Test {
     return path.string();
   }
 
-  void expect_error(const std::string& path, std::initializer_list<const char*> parts) {
-    try {
-      read_safetensors_header(path);
-      ADD_FAILURE() << "no error for " << path;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-      for (const char* part : parts) {
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-            << "message '" << e.what() << "' lacks '" << part << "'";
-      }
-    }
+  // Reading `path` must fail with a message that names the file and contains every part.
+  void expect_error(const std::string& path, std::initializer_list<std::string_view> parts) {
+    const std::string message =
+        testing::expect_error([&] { read_safetensors_header(path); }, parts);
+    EXPECT_NE(message.find(path), std::string::npos) << "for " << path << ": " << message;
   }
 
   fs::path dir_;
@@ -104,6 +100,48 @@ TEST_F(SafetensorsTest, BadHeadersSayWhatWasExpected) {
   // 4 F32 values are 16 bytes, not 12.
   h = {{"a", {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {0, 12}}}}};
   expect_error(write("size.safetensors", h.dump(), 12), {"spans 12 bytes, expected 16"});
+}
+
+TEST_F(SafetensorsTest, ShapesTooLargeToCountAreRefused) {
+  // 2^32 x 2^32 elements wrap a 64-bit product to 0, which would match data_offsets [0, 0].
+  const int64_t two32 = int64_t{1} << 32;
+  json h = {{"w", {{"dtype", "BF16"}, {"shape", {two32, two32}}, {"data_offsets", {0, 0}}}}};
+  expect_error(write("wrap.safetensors", h.dump(), 0),
+               {"tensor 'w'", "[4294967296,4294967296]", "64-bit"});
+  // A dtype without a known width is not checked against its bytes, but its shape still is.
+  h = {{"w", {{"dtype", "X9"}, {"shape", {two32, two32, 3}}, {"data_offsets", {0, 0}}}}};
+  expect_error(write("unknown.safetensors", h.dump(), 0), {"tensor 'w'", "64-bit"});
+  // 2^62 elements fit, but not their 2^66 bits.
+  const int64_t two31 = int64_t{1} << 31;
+  h = {{"w", {{"dtype", "BF16"}, {"shape", {two31, two31}}, {"data_offsets", {0, 0}}}}};
+  expect_error(write("bits.safetensors", h.dump(), 0),
+               {"tensor 'w'", "BF16", "[2147483648,2147483648]", "4611686018427387904 elements",
+                "16 bits", "64-bit"});
+  // A zero dimension makes an empty tensor, however large the other dimensions are.
+  h = {{"w", {{"dtype", "BF16"}, {"shape", {two32, two32, 0}}, {"data_offsets", {0, 0}}}}};
+  const SafetensorsHeader empty = read_safetensors_header(write("empty.safetensors", h.dump(), 0));
+  ASSERT_EQ(empty.tensors.size(), 1u);
+  EXPECT_EQ(empty.tensors[0].elements(), 0);
+  // Tensors built by hand get the same check.
+  SafetensorsTensor t;
+  t.name = "hand";
+  t.shape = {two32, two32};
+  testing::expect_error([&] { t.elements(); }, {"tensor 'hand'", "[4294967296,4294967296]"});
+}
+
+TEST_F(SafetensorsTest, ParameterSumsThatOverflowAreRefused) {
+  // Two tensors of an unknown dtype, each 2^62 elements in 0 bytes: the class total would wrap.
+  ModelConfig config;
+  const int64_t two31 = int64_t{1} << 31;
+  const json h = {
+      {"a.weight", {{"dtype", "X9"}, {"shape", {two31, two31}}, {"data_offsets", {0, 0}}}},
+      {"b.weight", {{"dtype", "X9"}, {"shape", {two31, two31}}, {"data_offsets", {0, 0}}}},
+  };
+  const std::string path = write("model.safetensors", h.dump(), 0);
+  EXPECT_EQ(read_safetensors_header(path).tensors.size(), 2u);
+  const std::string message = testing::expect_error(
+      [&] { scan_checkpoint(dir_.string(), config); }, {"tensor 'b.weight'", "X9", "64-bit"});
+  EXPECT_NE(message.find(path), std::string::npos) << message;
 }
 
 TEST_F(SafetensorsTest, ScanGroupsACheckpointByClass) {

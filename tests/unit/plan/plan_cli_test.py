@@ -68,6 +68,20 @@ def check_checkpoint(binary, cwd):
     check(j["kv_bytes_per_token"] == 2 * 2 * 2 * 8 * 2, j["kv_bytes_per_token"])
     check(j["index_cache_bytes_per_token"] == 0, j["index_cache_bytes_per_token"])
 
+    # A shape whose element count wraps a 64-bit product to 0 must not pass as an empty tensor.
+    bad = os.path.join(cwd, "wrapping")
+    os.mkdir(bad)
+    with open(os.path.join(bad, "config.json"), "w") as f:
+        json.dump(config, f)
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [2**32, 2**32],
+                               "data_offsets": [0, 0]}}).encode()
+    with open(os.path.join(bad, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+    p = run(binary, ["--checkpoint", bad, "--gpu-memory-gb", "1"], cwd)
+    check(p.returncode == 2 and p.stdout == "", f"exit {p.returncode}: {p.stdout}{p.stderr}")
+    for text in ("model.safetensors", "tensor 'w'", "[4294967296,4294967296]", "64-bit"):
+        check(text in p.stderr, f"stderr {p.stderr!r} lacks {text!r}")
+
 
 def check_published(binary, cwd):
     """Computed weights are reported next to the preset's published checkpoint size."""
@@ -125,6 +139,21 @@ def check_bad_input(binary, cwd):
                                    "5.77 GB reserve = 257.92 GB", "135.68 GB usable"]),
         ([*m31, "--find-min-gpus", "tp", "--dep", "4"], ["--find-min-gpus", "--dep"]),
         ([*m31, "--find-min-gpus", "ring"], ["--find-min-gpus 'ring'"]),
+        # GB flags are checked before they become bytes: NaN, infinities, negative or huge
+        # values are errors, not undefined conversions. A leading minus needs the = form.
+        ([*m31, "--gpu-memory-gb", "nan"], ["--gpu-memory-gb nan", "finite", "more than 0"]),
+        ([*m31, "--gpu-memory-gb", "0"], ["--gpu-memory-gb 0 ", "more than 0"]),
+        ([*m31, "--gpu-memory-gb=-141"], ["--gpu-memory-gb -141", "more than 0"]),
+        ([*m31, "--gpu-memory-gb", "1e300"], ["--gpu-memory-gb 1e+300", "at most 1,000,000"]),
+        ([*m31, "--reserve-gb", "inf"], ["--reserve-gb inf", "0 or more"]),
+        ([*m31, "--reserve-gb=-1"], ["--reserve-gb -1", "0 or more"]),
+        ([*m31, "--runtime-overhead-gb", "-inf"], ["--runtime-overhead-gb -inf"]),
+        ([*m31, "--runtime-overhead-gb", "2e6"], ["--runtime-overhead-gb 2000000",
+                                                  "at most 1,000,000"]),
+        ([*m31, "--gpu-memory-utilization", "nan"], ["--gpu-memory-utilization nan"]),
+        ([*m31, "--max-num-batched-tokens", "0"], ["--max-num-batched-tokens 0"]),
+        # Values the command line itself cannot parse exit the same way.
+        ([*m31, "--gpu-memory-gb", "lots"], ["--gpu-memory-gb", "lots"]),
     ]
     for args, expected in errors:
         p = run(binary, args, cwd)
@@ -207,6 +236,12 @@ def main():
         # printed with the longest length that fits, and the exit status is 1.
         p = run(binary, ["--model", "minimax-m3", "--gpu", "h100", "--tp", "8"], cwd)
         check(p.returncode == 1 and "DOES NOT FIT" in p.stdout, p.stdout + p.stderr)
+        check("not even one 1048576-token sequence fits" in p.stderr, p.stderr)
+        p = run(binary, ["--model", "minimax-m3", "--gpu", "h100", "--tp", "8", "--json"], cwd)
+        check(p.returncode == 1, f"--json: exit {p.returncode}, expected 1: {p.stderr}")
+        j = json.loads(p.stdout)
+        check(j["fits"] is False and j["max_concurrency_total"] == 0, j["max_concurrency_total"])
+        check(0 < j["kv_cache_tokens_per_rank"] < j["max_model_len"], j["kv_cache_tokens_per_rank"])
         check_find_min_gpus(binary, cwd)
         check_checkpoint(binary, cwd)
     print("plan CLI: all checks passed")

@@ -3,12 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "core/check.h"
 #include "tools/fp4serve/plan.h"
+#include "tests/support/expect_error.h"
 
 namespace fp4::cli::plan {
 namespace {
+
+using testing::expect_error;
 
 Options launch(const char* model, const char* kv, const char* index) {
   Options o;
@@ -19,19 +23,6 @@ Options launch(const char* model, const char* kv, const char* index) {
   o.kv_cache_dtype = kv;
   o.index_cache_dtype = index;
   return o;
-}
-
-template <typename Fn>
-void expect_error(Fn fn, std::initializer_list<const char*> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    for (const char* part : parts) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "message '" << e.what() << "' lacks '" << part << "'";
-    }
-  }
 }
 
 // The launch report: 4 x B300, DEP4, 256K-token sequences: 28 sequences for M3 with an FP8 KV
@@ -190,6 +181,54 @@ TEST(Plan, WeightsThatDoNotFitAreAnErrorNotAPlan) {
   EXPECT_THROW(compute_plan(o), LayoutError);
   o.dep = 4;  // fits, with room for 5 sequences per rank
   EXPECT_EQ(compute_plan(o).max_concurrency_total, 20);
+}
+
+TEST(Plan, MemoryFlagsMustBeFiniteAndInRange) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // --gpu-memory-gb must be positive; the reserve flags may be 0. None may be NaN, infinite or
+  // past 1,000,000 GB, where GB x 1e9 would no longer convert to bytes.
+  for (double bad : {0.0, -1.0, nan, inf, -inf, 1e6 + 1, 1e300}) {
+    Options o = launch("minimax-m3.1-flash", "nvfp4", "nvfp4");
+    o.gpu_memory_gb = bad;
+    const std::string given = fmt::format("--gpu-memory-gb {} ", bad);
+    expect_error([&] { compute_plan(o); }, {given, "more than 0", "at most 1,000,000"});
+  }
+  for (double bad : {-0.5, nan, inf, -inf, 2e6}) {
+    Options o = launch("minimax-m3.1-flash", "nvfp4", "nvfp4");
+    o.reserve_gb = bad;
+    expect_error([&] { compute_plan(o); }, {"--reserve-gb", "0 or more", "at most 1,000,000"});
+    o = launch("minimax-m3.1-flash", "nvfp4", "nvfp4");
+    o.runtime_overhead_gb = bad;
+    expect_error([&] { compute_plan(o); }, {"--runtime-overhead-gb", "0 or more"});
+  }
+  // The runtime overhead is checked even when --reserve-gb replaces it.
+  Options o = launch("minimax-m3.1-flash", "nvfp4", "nvfp4");
+  o.reserve_gb = 6.0;
+  o.runtime_overhead_gb = nan;
+  expect_error([&] { compute_plan(o); }, {"--runtime-overhead-gb nan"});
+  for (double bad : {0.0, nan, 1.5}) {
+    o = launch("minimax-m3.1-flash", "nvfp4", "nvfp4");
+    o.gpu_memory_utilization = bad;
+    expect_error([&] { compute_plan(o); }, {"--gpu-memory-utilization", "at most 1"});
+  }
+  o = launch("minimax-m3.1-flash", "nvfp4", "nvfp4");
+  o.max_num_batched_tokens = int64_t{1} << 40;
+  expect_error([&] { compute_plan(o); }, {"--max-num-batched-tokens 1099511627776"});
+  o = launch("minimax-m3.1-flash", "nvfp4", "nvfp4");
+  o.max_num_seqs = 0;
+  expect_error([&] { compute_plan(o); }, {"--max-num-seqs 0"});
+
+  // The edges are accepted: no reserve at all, and the largest GPU a flag may describe.
+  o = launch("minimax-m3.1-flash", "nvfp4", "nvfp4");
+  o.reserve_gb = 0.0;
+  o.runtime_overhead_gb = 0.0;
+  EXPECT_EQ(compute_plan(o).reserve, 0);
+  o.gpu_memory_gb = 1e6;
+  EXPECT_EQ(compute_plan(o).gpu_memory_bytes, 1'000'000'000'000'000);
+  o.gpu_memory_gb.reset();
+  o.reserve_gb = 4.1;  // 4.1 x 1e9 is 4,099,999,999.9999995 in binary floating point
+  EXPECT_EQ(compute_plan(o).reserve, 4'100'000'000);
 }
 
 TEST(FindMinGpus, OneMillionTokensOnH200) {
