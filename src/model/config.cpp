@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "model/json_object.h"
 
 namespace fp4::model {
 namespace {
@@ -133,13 +134,7 @@ int64_t ModelConfig::count_sparse_layers() const {
 }
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::exception& e) {
-    fail("{}: not valid JSON ({})", source, e.what());
-  }
-  FP4_CHECK(root.is_object(), "{}: expected a JSON object at the top level", source);
+  const json root = parse_json_object(json_text, source);
   ModelConfig c;
   c.source = source;
   if (auto a = root.find("architectures"); a != root.end() && a->is_array() && !a->empty() &&

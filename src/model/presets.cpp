@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "core/check.h"
+#include "model/json_object.h"
 
 namespace fp4::model {
 namespace {
@@ -43,13 +44,7 @@ std::vector<ModelPreset> build() {
 PublishedCheckpoint parse_published_checkpoint(const std::string& json_text,
                                                const std::string& source) {
   using nlohmann::json;
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::exception& e) {
-    fail("{}: not valid JSON ({})", source, e.what());
-  }
-  FP4_CHECK(root.is_object(), "{}: expected a JSON object at the top level", source);
+  const json root = parse_json_object(json_text, source);
   const auto text = [&](const char* key) {
     FP4_CHECK(root.contains(key) && root[key].is_string() && !root[key].get<std::string>().empty(),
               "{}: {} is {}, expected a non-empty string", source, key,
