@@ -4,13 +4,18 @@
 // `weight_scale_2`, vLLM's NVFP4 `k_scale`); the KV-cache variant uses g = 1.
 //
 // Exact operation order. The CPU reference runs these functions as written; the CUDA kernel
-// runs the same scale input (nvfp4_scale_input) through the hardware E4M3 conversion and
-// reaches the same quotients through nvfp4_round_by_reciprocal; tests prove all three equal:
+// runs the same scale input (nvfp4_scale_input) through the hardware E4M3 conversion and the
+// same products through nvfp4_round_to_grid; tests prove them equal:
 //   amax   = max_i |x_i|                      (NaN ignored here, flagged separately)
 //   sf     = E4M3_RNE_SAT(amax / (6 * g))      (6*g rounded to fp32 first; true division)
 //   d      = float(sf) * g                     (rounded to fp32)
-//   q_i    = E2M1_RNE_SAT(x_i / d)             (true division; q_i = 0 when d == 0)
+//   r      = 1 / d                             (true division, once per block; 0 when d == 0)
+//   q_i    = E2M1_RNE_SAT(x_i * r)             (q_i = 0 when r == 0)
 //   x^_i   = (e2m1(q_i) * float(sf)) * g       (the first product is exact)
+// Multiplying by the correctly rounded reciprocal instead of dividing (as ModelOpt does) moves
+// x_i * r at most one ulp from x_i / d, which changes a code only when that ulp straddles an
+// E2M1 rounding midpoint: none of 16.8 M block-scaled Gaussian values did. It saves the
+// kernels a division, or two fused operations per value.
 // Policies: a block whose amax/(6g) rounds below E4M3's smallest subnormal (2^-9) gets scale 0
 // and dequantizes to zeros; |x| beyond 6*448*g saturates to +-6*448*g; +-inf saturates the same
 // way; a NaN anywhere in the block sets the scale to E4M3 NaN, so the whole block dequantizes
@@ -53,23 +58,23 @@ FP4_HD float nvfp4_value_divisor(uint8_t scale, float global_scale) {
   return e4m3_decode(scale) * global_scale;
 }
 
-FP4_HD uint8_t nvfp4_encode_value(float x, float divisor) {
-  return divisor != 0.0f ? e2m1_encode(x / divisor) : uint8_t{0};
+FP4_HD float nvfp4_value_reciprocal(float divisor) {
+  return divisor != 0.0f ? 1.0f / divisor : 0.0f;
 }
 
-// x / divisor rounded to the E2M1 grid, returned as a float (one of +-{0, .5, 1, 1.5, 2, 3, 4,
-// 6}); e2m1_encode of it is nvfp4_encode_value(x, divisor). It takes a reciprocal computed
-// once per block instead of one division per value, and uses floating-point operations only,
-// because kernels issue those at twice the rate of integer ones.
-// Valid when reciprocal = 1.0f / divisor (rounded) and the divisor lies in
-// [kFastDivisorMin, kFastDivisorMax]; callers use nvfp4_encode_value otherwise.
-// Why it is exact: q0 = x*y is within 1 ulp of x/d; for such q0, x, d and the residual
-// x - q0*d are normal floats or exact subnormals, so Markstein's correction q0 + (x - q0*d)*y,
-// with both steps fused, is the correctly rounded x/d. Where that fails (q0 overflows, or the
-// quotient is tiny) the result is NaN or tiny, and the rounding below maps it to +-6 or +-0
-// with x's sign, which is what the true quotient rounds to as well. The grid rounding lets the
-// fp32 adder do the work: |q| + 2^22 (2^23, 2^24) has a last place of 0.5 (1, 2), E2M1's
-// spacing in [0, 2) ([2, 4), [4, 6]), so the add rounds to the grid with ties to even.
+FP4_HD uint8_t nvfp4_encode_value(float x, float reciprocal) {
+  return reciprocal != 0.0f ? e2m1_encode(x * reciprocal) : uint8_t{0};
+}
+
+// x * reciprocal rounded to the E2M1 grid, returned as a float (one of +-{0, .5, 1, 1.5, 2, 3,
+// 4, 6}, with x's sign); e2m1_encode of it is nvfp4_encode_value(x, reciprocal). Floating-point
+// operations only, because kernels issue those at twice the rate of integer ones: |q| + 2^22
+// (2^23, 2^24) has a last place of 0.5 (1, 2), E2M1's spacing in [0, 2) ([2, 4), [4, 6]), so
+// the fp32 adder rounds onto the grid with ties to even; inf and NaN quotients clamp to 6.
+// kShift = -6 returns the grid value times 2^-6, for a reciprocal scaled by 2^-6 (the kernels
+// feed the result straight to the E4M3 converter, saving a multiply per value). Scaling by 2^-6
+// is exact while 1/d and 1/(64 d) are normal floats, which nvfp4_fast_divisor(64 d) ensures;
+// a quotient that turns subnormal is far below 0.25 and rounds to 0 either way.
 constexpr float kFastDivisorMin = 0x1p-90f;
 constexpr float kFastDivisorMax = 0x1p90f;
 
@@ -77,20 +82,14 @@ FP4_HD bool nvfp4_fast_divisor(float divisor) {
   return divisor >= kFastDivisorMin && divisor <= kFastDivisorMax;
 }
 
-// kShift = -6 returns the grid value times 2^-6 instead (for a divisor and reciprocal scaled
-// by 2^6 and 2^-6): every step scales exactly, and the kernels feed the result straight to the
-// E4M3 converter, saving a multiply per value.
 template <int kShift = 0>
-FP4_HD float nvfp4_round_by_reciprocal(float x, float divisor, float reciprocal) {
+FP4_HD float nvfp4_round_to_grid(float x, float reciprocal) {
   static_assert(kShift == 0 || kShift == -6, "scales of 1 and 2^-6 are the ones tested");
   constexpr float kUnit = kShift == 0 ? 1.0f : 0x1p-6f;
-  const float q0 = x * reciprocal;
 #if defined(__CUDA_ARCH__)
-  const float q1 = __fmaf_rn(__fmaf_rn(-q0, divisor, x), reciprocal, q0);
-  const float a = fabsf(q1);
+  const float a = fabsf(x * reciprocal);
 #else
-  const float q1 = std::fma(std::fma(-q0, divisor, x), reciprocal, q0);
-  const float a = std::fabs(q1);
+  const float a = std::fabs(x * reciprocal);
 #endif
   const float magic = a < 2.0f * kUnit ? 0x1p22f * kUnit : (a < 4.0f * kUnit ? 0x1p23f * kUnit : 0x1p24f * kUnit);
   const float on_grid = (a + magic) - magic;
@@ -110,10 +109,10 @@ FP4_HD uint8_t nvfp4_quantize_block(const float* x, float global_scale, uint8_t*
   bool has_nan = false;
   for (int i = 0; i < kNvfp4BlockElems; ++i) accumulate_amax(x[i], amax, has_nan);
   const uint8_t scale = nvfp4_scale_code(amax, has_nan, global_scale);
-  const float divisor = nvfp4_value_divisor(scale, global_scale);
+  const float reciprocal = nvfp4_value_reciprocal(nvfp4_value_divisor(scale, global_scale));
   for (int i = 0; i < kNvfp4BlockCodeBytes; ++i) {
-    const uint8_t lo = nvfp4_encode_value(x[2 * i], divisor);
-    const uint8_t hi = nvfp4_encode_value(x[2 * i + 1], divisor);
+    const uint8_t lo = nvfp4_encode_value(x[2 * i], reciprocal);
+    const uint8_t hi = nvfp4_encode_value(x[2 * i + 1], reciprocal);
     packed[i] = static_cast<uint8_t>(lo | (hi << 4));
   }
   return scale;

@@ -163,19 +163,19 @@ __global__ void __launch_bounds__(kThreads) nvfp4_quantize_kernel(QuantizeParams
     const uint8_t scale = is_nan(amax) ? kE4M3NaN : e4m3(nvfp4_scale_input(amax, p.global_scale));
     const float divisor = nvfp4_value_divisor(scale, p.global_scale);
     uint32_t codes[2] = {0, 0};
-    const float divisor64 = divisor * 64.0f;  // exact: rounding lands on the grid times 2^-6
+    // 1 / (64 d) is exactly 2^-6 / d here, so the rounding lands on the grid times 2^-6.
+    const float divisor64 = divisor * 64.0f;
     if (nvfp4_fast_divisor(divisor64)) {
       const float reciprocal64 = 1.0f / divisor64;
       float grid_div64[kNvfp4BlockElems];
 #pragma unroll
-      for (int i = 0; i < kNvfp4BlockElems; ++i)
-        grid_div64[i] = nvfp4_round_by_reciprocal<-6>(x[i], divisor64, reciprocal64);
+      for (int i = 0; i < kNvfp4BlockElems; ++i) grid_div64[i] = nvfp4_round_to_grid<-6>(x[i], reciprocal64);
       codes[0] = e2m1_codes8(grid_div64);
       codes[1] = e2m1_codes8(grid_div64 + 8);
     } else {
 #pragma unroll
       for (int i = 0; i < kNvfp4BlockElems; ++i)
-        codes[i / 8] |= static_cast<uint32_t>(nvfp4_encode_value(x[i], divisor)) << (4 * (i % 8));
+        codes[i / 8] |= static_cast<uint32_t>(nvfp4_encode_value(x[i], nvfp4_value_reciprocal(divisor))) << (4 * (i % 8));
     }
     if (b < total) {
       *reinterpret_cast<uint2*>(p.values + b * kNvfp4BlockCodeBytes) = make_uint2(codes[0], codes[1]);

@@ -69,7 +69,7 @@ TEST(Nvfp4Block, CodesAreNearestCandidates) {
         ASSERT_EQ(code, 0);
         continue;
       }
-      const float q = x[i] / denom;
+      const float q = x[i] * (1.0f / denom);  // the documented order: one reciprocal per block
       const int mag = std::fabs(q) >= 6.0f ? 7 : nearest_code(std::fabs(q), 8, [](int c) { return e2m1_decode(uint8_t(c)); });
       ASSERT_EQ(code & 7, mag) << "trial " << trial << " element " << i << " q=" << q;
       ASSERT_EQ(code >> 3, std::signbit(q) ? 1 : 0);
@@ -77,51 +77,48 @@ TEST(Nvfp4Block, CodesAreNearestCandidates) {
   }
 }
 
-// The kernels' division-free rounding must give nvfp4_encode_value's code for every x and
-// every divisor in its range (NaN inputs never reach it: a NaN makes the divisor NaN), in both
-// forms: plain, and with divisor and reciprocal scaled by 2^6 as the kernel calls it. Random
-// pairs over the whole fast range of either form, plus the hard cases: quotients at and up to
-// three ulps around each E2M1 rounding midpoint and the grid's region boundaries (2, 4, 8).
-TEST(Nvfp4Block, ReciprocalEncoderMatchesDivision) {
+// The kernels' grid rounding must give nvfp4_encode_value's code for every x and every
+// reciprocal in range, in both forms: plain, and with the reciprocal scaled by 2^-6 as the
+// kernel calls it. Random pairs over the whole fast range, plus the hard cases: products at
+// and up to three ulps around each E2M1 rounding midpoint and the grid's region boundaries.
+TEST(Nvfp4Block, GridRoundingMatchesEncoder) {
   auto rng = testing::seeded_rng(15);
-  // Divisors d whose plain form (d) or scaled form (64 d) is in [kFastDivisorMin, kFastDivisorMax].
   std::uniform_real_distribution<float> log_d(-96.0f, 90.0f), unit(-8.5f, 8.5f);
   const float pivots[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.0f, 2.5f, 3.5f, 4.0f, 5.0f, 6.0f, 8.0f};
   int64_t checked = 0;
   for (int trial = 0; trial < 20000; ++trial) {
     const float d = std::clamp(std::exp2(log_d(rng)) * (1.0f + unit(rng) / 17.0f),
                                kFastDivisorMin / 64.0f, kFastDivisorMax);
-    const float y = 1.0f / d, d64 = d * 64.0f, y64 = 1.0f / d64;
+    const float r = nvfp4_value_reciprocal(d), d64 = d * 64.0f, r64 = 1.0f / d64;
     const bool plain = nvfp4_fast_divisor(d), scaled = nvfp4_fast_divisor(d64);
     ASSERT_TRUE(plain || scaled) << d;
     auto check = [&](float x) {
-      const uint8_t want = nvfp4_encode_value(x, d);
-      if (plain)
-        ASSERT_EQ(e2m1_encode(nvfp4_round_by_reciprocal(x, d, y)), want)
-            << "x=" << x << " d=" << d << " x/d=" << x / d;
-      // The kernel's form: divisor and reciprocal scaled by 2^6 and 2^-6, result by 2^-6.
+      const uint8_t want = nvfp4_encode_value(x, r);
+      if (plain) ASSERT_EQ(e2m1_encode(nvfp4_round_to_grid(x, r)), want) << "x=" << x << " d=" << d;
+      // The kernel's form: the reciprocal of 64 d, the result times 2^-6.
       if (scaled)
-        ASSERT_EQ(e2m1_encode(nvfp4_round_by_reciprocal<-6>(x, d64, y64) * 64.0f), want)
-            << "x=" << x << " d=" << d << " (scaled by 2^6)";
+        ASSERT_EQ(e2m1_encode(nvfp4_round_to_grid<-6>(x, r64) * 64.0f), want)
+            << "x=" << x << " d=" << d << " (scaled by 2^-6)";
       ++checked;
     };
     for (int i = 0; i < 50; ++i) check(unit(rng) * d);
     for (float t : pivots) {
       for (float sign : {1.0f, -1.0f}) {
-        float x = sign * t * d;
+        float x = sign * t / r;  // x * r lands at or next to the pivot
         for (int k = 0; k < 3; ++k) x = std::nextafter(x, 0.0f);
         for (int k = 0; k < 7; ++k, x = std::nextafter(x, sign * INFINITY)) check(x);
       }
     }
     if (HasFatalFailure()) return;
   }
-  // Overflowing and vanishing quotients at both ends of the divisor range.
+  // Overflowing and vanishing products at both ends of the divisor range.
   for (float d : {kFastDivisorMin, 1e-20f, 3.0f, 1e20f, kFastDivisorMax / 64.0f})
     for (float special : {0.0f, -0.0f, INFINITY, -INFINITY, 3e38f, -3e38f, 1e-38f, -1e-38f, 1e-45f, -1e-45f}) {
-      EXPECT_EQ(e2m1_encode(nvfp4_round_by_reciprocal(special, d, 1.0f / d)), nvfp4_encode_value(special, d))
+      const float r = nvfp4_value_reciprocal(d);
+      EXPECT_EQ(e2m1_encode(nvfp4_round_to_grid(special, r)), nvfp4_encode_value(special, r))
           << special << " / " << d;
-      EXPECT_EQ(e2m1_encode(nvfp4_round_by_reciprocal<-6>(special, d * 64.0f, 1.0f / (d * 64.0f)) * 64.0f),
-                nvfp4_encode_value(special, d)) << special << " / " << d << " (scaled)";
+      EXPECT_EQ(e2m1_encode(nvfp4_round_to_grid<-6>(special, 1.0f / (d * 64.0f)) * 64.0f),
+                nvfp4_encode_value(special, r)) << special << " / " << d << " (scaled)";
     }
   RecordProperty("pairs_checked", std::to_string(checked));
 }
