@@ -70,7 +70,7 @@ class BlockPool {
 
   int32_t refcount(PageId page) const;
   bool is_cached(PageId page) const;
-  // The free list (never-cached or evicted pages) and the evictable pages, oldest first.
+  // The free list (pages neither in use nor cached) and the evictable pages, oldest first.
   std::span<const PageId> free_list() const { return free_; }
   std::vector<PageId> evictable_pages() const;
 

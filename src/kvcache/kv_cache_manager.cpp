@@ -58,7 +58,8 @@ std::optional<int64_t> KvCacheManager::add_sequence(SeqId seq, std::span<const i
   for (PageId p : s.table.pages) pool_.add_ref(p);
   const int64_t hit_tokens = std::ssize(s.table.pages) * page_tokens_;
   const int64_t total = pages_needed(std::ssize(prompt));
-  while (std::ssize(s.table.pages) < total) s.table.pages.push_back(*pool_.allocate());
+  // can_* guaranteed the pages; value() throws rather than run on with a garbage id.
+  while (std::ssize(s.table.pages) < total) s.table.pages.push_back(pool_.allocate().value());
   s.tokens.assign(prompt.begin(), prompt.begin() + hit_tokens);
   seqs_.emplace(seq, std::move(s));
 
@@ -79,7 +80,8 @@ bool KvCacheManager::allocate(SeqId seq, int64_t n) {
   if (!can_allocate(seq, n)) return false;
   Sequence& s = get(seq);
   const int64_t total = pages_needed(std::ssize(s.tokens) + n);
-  while (std::ssize(s.table.pages) < total) s.table.pages.push_back(*pool_.allocate());
+  // can_* guaranteed the pages; value() throws rather than run on with a garbage id.
+  while (std::ssize(s.table.pages) < total) s.table.pages.push_back(pool_.allocate().value());
   return true;
 }
 

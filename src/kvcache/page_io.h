@@ -1,7 +1,7 @@
 // CPU reference for the paged caches: quantize one token into its slot of a page, and
-// dequantize a page back to floats. The CUDA cache writer and the attention kernels are tested
-// against these, byte for byte on the write side. All pointers are host memory; the page
-// layout is page_layout.h's.
+// dequantize a page back to floats: the reference a CUDA cache writer and the attention kernels
+// are to be tested against (byte for byte on the write side). All pointers are host memory;
+// the page layout is page_layout.h's.
 //
 // Per-layer scales are in the dequantization direction (a stored value decodes to
 // code x scale) and live outside the page:

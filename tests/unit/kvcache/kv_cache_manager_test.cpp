@@ -100,11 +100,41 @@ TEST(KvCacheManager, AddSequenceIsAllOrNothing) {
   EXPECT_EQ(m.pool().num_evictable(), 2);
   EXPECT_EQ(m.pool().num_free(), 3);
   EXPECT_EQ(m.stats().requests, 1);
-  // 3 pages fit exactly: the 2 cached ones are taken back before the new one is allocated,
-  // so the allocation cannot evict them.
+  // 3 pages fit exactly: the 2 cached ones taken back and 1 allocated (the order of the two is
+  // tested in HitPagesAreTakenBackBeforeAllocating).
   b.resize(3 * kPageTokens);
   EXPECT_TRUE(m.can_add_sequence(b));
   EXPECT_EQ(m.add_sequence(2, b), std::optional<int64_t>(2 * kPageTokens));
+  EXPECT_EQ(m.pool().num_free(), 0);
+}
+
+// With no free page left, the pages a new sequence needs must come from evicting cached pages
+// nobody holds; its own prefix hits are among those and must be taken back first, or the
+// allocation would evict (and hand out again) a page the sequence is about to share.
+TEST(KvCacheManager, HitPagesAreTakenBackBeforeAllocating) {
+  constexpr int P = 4;
+  KvCacheManager m(5, kKey, P);
+  const std::vector<int32_t> a = iota_tokens(2 * P + 1);  // pages: 2 full + 1 partial
+  prefill(m, 1, a);
+  const std::vector<PageId> a_pages = m.block_table(1).pages;
+  prefill(m, 2, iota_tokens(P + 1, 100));  // 1 full + 1 partial, unrelated tokens
+  m.free(1);  // a's full pages become evictable, its partial page free
+  m.free(2);
+  prefill(m, 3, iota_tokens(2 * P, 200));  // takes both free pages
+  ASSERT_EQ(m.pool().num_free(), 3);       // all evictable now: a's two pages and one of 2's
+  ASSERT_EQ(m.pool().evictable_pages().front(), a_pages[1]) << "a's tail is the oldest";
+
+  std::vector<int32_t> b(a.begin(), a.begin() + 2 * P);
+  b.push_back(-1);
+  ASSERT_EQ(m.add_sequence(4, b), std::optional<int64_t>(2 * P));
+  const std::vector<PageId>& b_pages = m.block_table(4).pages;
+  ASSERT_EQ(b_pages.size(), 3u);
+  EXPECT_EQ(b_pages[0], a_pages[0]);
+  EXPECT_EQ(b_pages[1], a_pages[1]);
+  EXPECT_EQ(m.pool().refcount(a_pages[0]), 1);
+  EXPECT_EQ(m.pool().refcount(a_pages[1]), 1);
+  EXPECT_NE(b_pages[2], a_pages[0]);
+  EXPECT_NE(b_pages[2], a_pages[1]);
   EXPECT_EQ(m.pool().num_free(), 0);
 }
 

@@ -74,6 +74,8 @@ class Workload {
 
   // The reference: the longest k such that, for every i < k, some cached page is known to hold
   // exactly the query's first (i+1) pages.
+  int64_t pages_for(int64_t tokens) const { return (tokens + P_ - 1) / P_; }
+
   int64_t reference_hit_pages(std::span<const int32_t> q) {
     int64_t k = 0;
     while ((k + 1) * P_ <= std::ssize(q)) {
@@ -108,8 +110,16 @@ class Workload {
     const int64_t reference_hits =
         std::min(reference_hit_pages(prompt), (std::ssize(prompt) - 1) / P_) * P_;
     const SeqId seq = next_id_++;
-    const bool fits = m_.can_add_sequence(prompt);
+    // Whether it fits, worked out here rather than asked of the manager: the pages beyond the
+    // hit, plus the hit pages that nobody holds (taking them back uses up a reusable page),
+    // must not exceed the free and evictable pages.
     const PoolSnapshot before = snapshot(m_.pool());
+    const std::vector<PageId> hit_pages = m_.match_prefix(prompt);
+    int64_t idle_hits = 0;
+    for (int64_t i = 0; i < reference_hits / P_; ++i) idle_hits += before.refcounts[hit_pages[i]] == 0;
+    const bool fits = pages_for(std::ssize(prompt)) - reference_hits / P_ + idle_hits <=
+                      std::ssize(before.free_list) + std::ssize(before.evictable);
+    ASSERT_EQ(m_.can_add_sequence(prompt), fits);
     const std::optional<int64_t> hit = m_.add_sequence(seq, prompt);
     ASSERT_EQ(hit.has_value(), fits);
     if (!hit) {
@@ -132,9 +142,12 @@ class Workload {
   void grow() {
     const SeqId seq = *std::next(live_.begin(), uniform(0, int(live_.size()) - 1));
     const int n = uniform(1, 2 * P_);
-    const bool fits = m_.can_allocate(seq, n);
     const PoolSnapshot before = snapshot(m_.pool());
     const size_t pages_before = m_.block_table(seq).pages.size();
+    // Worked out independently: the new pages the grown sequence needs must be reusable now.
+    const int64_t needed = std::max<int64_t>(0, pages_for(std::ssize(model_[seq]) + n) - static_cast<int64_t>(pages_before));
+    const bool fits = needed <= std::ssize(before.free_list) + std::ssize(before.evictable);
+    ASSERT_EQ(m_.can_allocate(seq, n), fits);
     ASSERT_EQ(m_.allocate(seq, n), fits);
     if (!fits) {
       ++grows_refused_;
