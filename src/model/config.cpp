@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -29,6 +30,38 @@ class Fields {
     const json* v = find(key);
     FP4_CHECK(v != nullptr, "{}: {} is missing (expected a positive integer)", source_, path(key));
     return checked_positive(*v, key);
+  }
+  int64_t non_negative_or(const std::string& key, int64_t fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    FP4_CHECK(v->is_number_integer() && v->get<int64_t>() >= 0,
+              "{}: {} is {}, expected a non-negative integer", source_, path(key), v->dump());
+    return v->get<int64_t>();
+  }
+  double number_or(const std::string& key, double fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    FP4_CHECK(v->is_number() && std::isfinite(v->get<double>()), "{}: {} is {}, expected a number",
+              source_, path(key), v->dump());
+    return v->get<double>();
+  }
+  std::string string_or(const std::string& key, const std::string& fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    FP4_CHECK(v->is_string(), "{}: {} is {}, expected a string", source_, path(key), v->dump());
+    return v->get<std::string>();
+  }
+  // A token id or a list of them (eos_token_id is either in Hugging Face configs).
+  std::vector<int64_t> ids_or_empty(const std::string& key) const {
+    const json* v = find(key);
+    if (v == nullptr) return {};
+    std::vector<int64_t> ids;
+    for (const json& e : v->is_array() ? *v : json::array({*v})) {
+      FP4_CHECK(e.is_number_integer() && e.get<int64_t>() >= 0,
+                "{}: {} holds {}, expected token ids", source_, path(key), e.dump());
+      ids.push_back(e.get<int64_t>());
+    }
+    return ids;
   }
   int64_t positive_or(const std::string& key, int64_t fallback) const {
     const json* v = find(key);
@@ -117,6 +150,59 @@ void parse_sparse_attention(const json& text, const std::string& prefix, ModelCo
   c.index_head_dim = sparse.positive("sparse_index_dim");
   c.num_index_heads = sparse.positive("sparse_num_index_heads");
   c.sparse_block_size = sparse.positive("sparse_block_size");
+  c.sparse_topk_blocks = sparse.positive_or("sparse_topk_blocks", 16);
+  c.sparse_init_blocks = sparse.non_negative_or("sparse_init_block", 0);
+  c.sparse_local_blocks = sparse.non_negative_or("sparse_local_block", 1);
+  FP4_CHECK(c.sparse_init_blocks + c.sparse_local_blocks <= c.sparse_topk_blocks,
+            "{}: {}sparse_attention_config forces {} init + {} local blocks, more than "
+            "sparse_topk_blocks = {}", c.source, prefix, c.sparse_init_blocks,
+            c.sparse_local_blocks, c.sparse_topk_blocks);
+  const std::string score = sparse.string_or("sparse_score_type", "max");
+  FP4_CHECK(score == "max", "{}: {} is \"{}\"; only \"max\" block scores are supported", c.source,
+            sparse.path("sparse_score_type"), score);
+  FP4_CHECK(c.num_index_heads == c.num_kv_heads,
+            "{}: {} = {} must equal num_key_value_heads = {} (one index head per KV head)",
+            c.source, sparse.path("sparse_num_index_heads"), c.num_index_heads, c.num_kv_heads);
+}
+
+void parse_numerics(const Fields& f, ModelConfig& c) {
+  c.rms_norm_eps = f.number_or("rms_norm_eps", 1e-6);
+  FP4_CHECK(c.rms_norm_eps > 0, "{}: {} is {}, expected a positive number", c.source,
+            f.path("rms_norm_eps"), c.rms_norm_eps);
+  c.gemma_norm = f.flag_or("use_gemma_norm", false);
+  c.rope_theta = f.number_or("rope_theta", 10000.0);
+  FP4_CHECK(c.rope_theta > 1, "{}: {} is {}, expected a number above 1", c.source,
+            f.path("rope_theta"), c.rope_theta);
+  if (f.find("rotary_dim") != nullptr) {
+    c.rotary_dim = f.positive("rotary_dim");
+  } else {
+    const double factor = f.number_or("partial_rotary_factor", 1.0);
+    c.rotary_dim = static_cast<int64_t>(std::lround(factor * static_cast<double>(c.head_dim)));
+  }
+  FP4_CHECK(c.rotary_dim > 0 && c.rotary_dim <= c.head_dim && c.rotary_dim % 2 == 0,
+            "{}: the rotary dimension {} must be even and within head_dim {}", c.source,
+            c.rotary_dim, c.head_dim);
+  const std::string act = f.string_or("hidden_act", "silu");
+  if (act == "silu") {
+    c.activation = ModelConfig::Activation::kSilu;
+  } else if (act == "swigluoai") {
+    c.activation = ModelConfig::Activation::kSwigluOai;
+  } else {
+    FP4_CHECK(false, "{}: {} is \"{}\"; supported: \"silu\", \"swigluoai\"", c.source,
+              f.path("hidden_act"), act);
+  }
+  c.swiglu_alpha = static_cast<float>(f.number_or("swiglu_alpha", 1.702));
+  c.swiglu_limit = static_cast<float>(f.number_or("swiglu_limit", 7.0));
+  c.swiglu_beta = static_cast<float>(f.number_or("swiglu_beta", 1.0));
+  c.routed_scaling_factor = static_cast<float>(f.number_or("routed_scaling_factor", 1.0));
+  if (c.is_moe()) {
+    const std::string scoring = f.string_or("scoring_func", "sigmoid");
+    FP4_CHECK(scoring == "sigmoid", "{}: {} is \"{}\"; only \"sigmoid\" routing is supported",
+              c.source, f.path("scoring_func"), scoring);
+  }
+  const std::vector<int64_t> bos = f.ids_or_empty("bos_token_id");
+  c.bos_token_id = bos.empty() ? -1 : bos.front();
+  c.eos_token_ids = f.ids_or_empty("eos_token_id");
 }
 
 }  // namespace
@@ -167,6 +253,14 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.qk_norm = f.flag_or("use_qk_norm", false);
   parse_feed_forward(f, c);
   parse_sparse_attention(text, prefix, c);
+  parse_numerics(f, c);
+  // Token ids live at the top level of multimodal configs.
+  if (nested && c.bos_token_id < 0 && c.eos_token_ids.empty()) {
+    const Fields top(root, "", c.source);
+    const std::vector<int64_t> bos = top.ids_or_empty("bos_token_id");
+    c.bos_token_id = bos.empty() ? -1 : bos.front();
+    c.eos_token_ids = top.ids_or_empty("eos_token_id");
+  }
   return c;
 }
 

@@ -24,7 +24,20 @@ struct ModelConfig {
   int64_t vocab_size = 0;
   bool tie_word_embeddings = false;
   int64_t max_position_embeddings = 0;
-  bool qk_norm = false;
+  bool qk_norm = false;     // per-head RMSNorm of q and k (and of the index vectors)
+
+  // Numerics of the forward pass.
+  double rms_norm_eps = 1e-6;
+  bool gemma_norm = false;   // RMSNorm multiplies by (1 + w) instead of w
+  double rope_theta = 10000.0;
+  int64_t rotary_dim = 0;    // leading dims of each head that RoPE rotates (half-split pairs)
+  enum class Activation { kSilu, kSwigluOai } activation = Activation::kSilu;
+  float swiglu_alpha = 1.702f;
+  float swiglu_limit = 7.0f;
+  float swiglu_beta = 1.0f;
+  float routed_scaling_factor = 1.0f;
+  int64_t bos_token_id = -1;  // -1 when the config does not say
+  std::vector<int64_t> eos_token_ids;
 
   // Feed-forward. A layer is either dense (one MLP of dense_intermediate_size) or MoE
   // (num_experts routed experts of moe_intermediate_size each, top num_experts_per_tok, plus
@@ -43,6 +56,9 @@ struct ModelConfig {
   int64_t index_head_dim = 0;
   int64_t num_index_heads = 0;
   int64_t sparse_block_size = 0;
+  int64_t sparse_topk_blocks = 0;  // blocks each (KV head, query) attends to, forced ones included
+  int64_t sparse_init_blocks = 0;  // blocks [0, n) always selected
+  int64_t sparse_local_blocks = 0; // the query's own block (and n - 1 before it) always selected
 
   int64_t count_moe_layers() const;
   int64_t count_sparse_layers() const;

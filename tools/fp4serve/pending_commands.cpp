@@ -23,15 +23,4 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                       "It needs the model runtime and the continuous-batching engine.");
 }
 
-void add_generate_command(CLI::App& app, int& exit_code) {
-  add_pending_command(app, exit_code, "generate", "Generate text from a prompt, offline",
-                      "It needs checkpoint loading and the model runtime.");
-}
-
-void add_convert_command(CLI::App& app, int& exit_code) {
-  add_pending_command(app, exit_code, "convert",
-                      "Convert a BF16 or MXFP8 checkpoint's routed experts to NVFP4",
-                      "It needs checkpoint loading.");
-}
-
 }  // namespace fp4::cli

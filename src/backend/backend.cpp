@@ -1,0 +1,19 @@
+#include "backend/backend.h"
+
+namespace fp4 {
+
+std::string_view model_op_name(ModelOp op) {
+  switch (op) {
+    case ModelOp::kLinear: return "linear";
+    case ModelOp::kRmsNorm: return "rms_norm";
+    case ModelOp::kRope: return "rope";
+    case ModelOp::kGatedActivation: return "gated_activation";
+    case ModelOp::kCacheInsert: return "cache_insert";
+    case ModelOp::kIndexerTopk: return "indexer_topk";
+    case ModelOp::kPagedAttention: return "paged_attention";
+    case ModelOp::kRouter: return "router";
+  }
+  return "?";
+}
+
+}  // namespace fp4

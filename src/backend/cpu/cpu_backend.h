@@ -1,0 +1,35 @@
+// The CPU backend: every model op, multi-threaded with parallel_for, FP32 throughout. It is the
+// oracle the CUDA kernels are tested against and the engine's fallback on a machine without a
+// GPU, so each op is written to be obviously correct first and fast second.
+#pragma once
+
+#include "backend/backend.h"
+
+namespace fp4::cpu {
+
+// The ops as free functions, so tests can call the reference without a Backend object.
+void linear(const LinearParams& p);
+void rms_norm(const RmsNormParams& p);
+void rope(const RopeParams& p);
+void gated_activation(const GatedActivationParams& p);
+void router(const RouterParams& p);
+void cache_insert(const CacheInsertParams& p);
+void indexer_topk(const IndexerTopkParams& p);
+void paged_attention(const PagedAttentionParams& p);
+
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  bool supports(ModelOp, kvcache::PageDType) const override { return true; }
+
+  void linear(const LinearParams& p) override { cpu::linear(p); }
+  void rms_norm(const RmsNormParams& p) override { cpu::rms_norm(p); }
+  void rope(const RopeParams& p) override { cpu::rope(p); }
+  void gated_activation(const GatedActivationParams& p) override { cpu::gated_activation(p); }
+  void cache_insert(const CacheInsertParams& p) override { cpu::cache_insert(p); }
+  void indexer_topk(const IndexerTopkParams& p) override { cpu::indexer_topk(p); }
+  void paged_attention(const PagedAttentionParams& p) override { cpu::paged_attention(p); }
+  void router(const RouterParams& p) override { cpu::router(p); }
+};
+
+}  // namespace fp4::cpu

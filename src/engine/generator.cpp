@@ -1,0 +1,114 @@
+#include "engine/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/check.h"
+#include "core/int_math.h"
+
+namespace fp4::engine {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int64_t pages_for(const GeneratorOptions& o, int64_t max_total_tokens) {
+  return o.num_pages > 0 ? o.num_pages : ceil_div(max_total_tokens, int64_t{kvcache::kPageTokens});
+}
+
+}  // namespace
+
+Generator::Generator(const LoadedModel& model, GeneratorOptions options, int64_t max_total_tokens)
+    : model_(model),
+      options_(options),
+      memory_(model.config, options.cache, pages_for(options, max_total_tokens)),
+      runner_(model.config, model.weights, *model.backend, memory_),
+      manager_(static_cast<int32_t>(memory_.num_pages()), kvcache::random_prefix_hash_key()) {}
+
+model::StepBatch Generator::step_for(kvcache::SeqId seq, const std::vector<int32_t>& tokens,
+                                     int64_t first_position) const {
+  model::StepBatch b;
+  b.tokens = tokens;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    b.positions.push_back(static_cast<int32_t>(first_position + static_cast<int64_t>(i)));
+    b.seq_of_token.push_back(0);
+  }
+  const auto& pages = manager_.block_table(seq).pages;
+  b.num_seqs = 1;
+  b.max_blocks = static_cast<int64_t>(pages.size());
+  b.block_tables.assign(pages.begin(), pages.end());
+  b.logit_rows = {static_cast<int32_t>(tokens.size() - 1)};
+  return b;
+}
+
+GenerateResult Generator::generate(const GenerateRequest& r,
+                                   const std::function<bool(int32_t)>& on_token) {
+  const model::ModelConfig& c = model_.config;
+  FP4_CHECK(!r.prompt.empty(), "the prompt has no tokens");
+  FP4_CHECK(r.max_tokens >= 1, "max_tokens must be at least 1, got {}", r.max_tokens);
+  for (int32_t t : r.prompt) {
+    FP4_CHECK(t >= 0 && t < c.vocab_size, "prompt token {} is outside the vocabulary of {}", t,
+              c.vocab_size);
+  }
+  r.sampling.validate();
+  const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+  FP4_CHECK(c.max_position_embeddings == 0 || total <= c.max_position_embeddings,
+            "prompt ({} tokens) + max_tokens ({}) = {} exceeds the model's context of {} tokens",
+            r.prompt.size(), r.max_tokens, total, c.max_position_embeddings);
+
+  GenerateResult out;
+  const kvcache::SeqId seq = next_seq_++;
+  const std::optional<int64_t> hit = manager_.add_sequence(seq, r.prompt);
+  FP4_CHECK(hit.has_value(), "the KV cache ({} pages) cannot hold a {}-token prompt",
+            memory_.num_pages(), r.prompt.size());
+  out.cached_prompt_tokens = *hit;
+  // Whatever happens below, the sequence's pages go back to the pool.
+  struct Release {
+    kvcache::KvCacheManager& m;
+    kvcache::SeqId s;
+    ~Release() { m.free(s); }
+  } release{manager_, seq};
+
+  std::vector<int32_t> eos(r.stop_token_ids);
+  if (!r.ignore_eos) eos.insert(eos.end(), c.eos_token_ids.begin(), c.eos_token_ids.end());
+  sampling::TokenCounts counts(c.vocab_size);
+  counts.add_prompt(r.prompt);
+  const uint64_t seed = sampling::request_seed(r.sampling);
+
+  // Prefill in chunks; the last chunk's final row gives the first token's logits.
+  auto start = std::chrono::steady_clock::now();
+  std::vector<float> logits;
+  for (int64_t pos = *hit; pos < static_cast<int64_t>(r.prompt.size());) {
+    const int64_t n = std::min<int64_t>(options_.prefill_chunk,
+                                        static_cast<int64_t>(r.prompt.size()) - pos);
+    const std::vector<int32_t> chunk(r.prompt.begin() + pos, r.prompt.begin() + pos + n);
+    logits = runner_.forward(step_for(seq, chunk, pos));
+    manager_.append(seq, chunk);
+    pos += n;
+  }
+  out.prefill_seconds = seconds_since(start);
+
+  start = std::chrono::steady_clock::now();
+  out.finish_reason = "length";
+  for (int64_t step = 0; step < r.max_tokens; ++step) {
+    const sampling::SampleResult s = sampling::sample(logits, r.sampling, counts, seed, step);
+    if (r.keep_logits) out.step_logits.insert(out.step_logits.end(), logits.begin(), logits.end());
+    out.tokens.push_back(s.token);
+    out.logprobs.push_back(s.logprob);
+    counts.add_output(s.token);
+    const bool stop = step + 1 >= r.min_tokens &&
+                      std::find(eos.begin(), eos.end(), s.token) != eos.end();
+    if (stop) out.finish_reason = "stop";
+    if ((on_token && !on_token(s.token)) || stop || step + 1 == r.max_tokens) break;
+    FP4_CHECK(manager_.allocate(seq, 1), "the KV cache ran out of pages at {} tokens",
+              manager_.num_tokens(seq));
+    const int64_t pos = manager_.num_tokens(seq);
+    logits = runner_.forward(step_for(seq, {s.token}, pos));
+    manager_.append(seq, std::span<const int32_t>(&s.token, 1));
+  }
+  out.decode_seconds = seconds_since(start);
+  return out;
+}
+
+}  // namespace fp4::engine

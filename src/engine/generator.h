@@ -1,0 +1,67 @@
+// Offline generation for one prompt: the prompt runs through the model in chunks (prefill),
+// then one token per step (decode), each step's logits sampled; pages come from the same block
+// manager the serving engine uses, so prefix caching and page accounting are exercised here too.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/loaded_model.h"
+#include "kvcache/kv_cache_manager.h"
+#include "model/forward.h"
+#include "sampling/sampler.h"
+
+namespace fp4::engine {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;            // token ids, at least one
+  int64_t max_tokens = 16;
+  int64_t min_tokens = 0;                  // stop conditions are ignored before this many
+  sampling::SamplingParams sampling;
+  std::vector<int32_t> stop_token_ids;     // besides the model's EOS
+  bool ignore_eos = false;
+  bool keep_logits = false;                // return every step's logits (tests, fidelity)
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;             // of each sampled token (raw logits)
+  std::vector<float> step_logits;          // [tokens.size(), vocab] when keep_logits
+  std::string finish_reason;               // "stop" or "length"
+  int64_t cached_prompt_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+};
+
+struct GeneratorOptions {
+  model::CacheFormats cache;
+  int64_t num_pages = 0;           // 0: enough for the longest request it is asked to run
+  int64_t prefill_chunk = 2048;    // prompt tokens per forward step
+};
+
+class Generator {
+ public:
+  Generator(const LoadedModel& model, GeneratorOptions options, int64_t max_total_tokens);
+
+  // on_token(token) runs after each sampled token; returning false stops generation early.
+  GenerateResult generate(const GenerateRequest& request,
+                          const std::function<bool(int32_t)>& on_token = {});
+
+  const kvcache::KvCacheManager& pages() const { return manager_; }
+  const model::ModelRunner& runner() const { return runner_; }
+
+ private:
+  model::StepBatch step_for(kvcache::SeqId seq, const std::vector<int32_t>& tokens,
+                            int64_t first_position) const;
+
+  const LoadedModel& model_;
+  GeneratorOptions options_;
+  model::KvMemory memory_;
+  model::ModelRunner runner_;
+  kvcache::KvCacheManager manager_;
+  kvcache::SeqId next_seq_ = 0;
+};
+
+}  // namespace fp4::engine

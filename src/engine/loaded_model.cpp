@@ -1,0 +1,48 @@
+#include "engine/loaded_model.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/check.h"
+#include "kvcache/cache_dtype.h"
+#include "model/checkpoint.h"
+
+namespace fp4::engine {
+
+LoadedModel load_model(const LoadOptions& options) {
+  namespace fs = std::filesystem;
+  const auto start = std::chrono::steady_clock::now();
+  FP4_CHECK(fs::is_directory(options.model_dir), "--model {}: not a directory", options.model_dir);
+  LoadedModel m;
+  m.config = model::load_model_config(options.model_dir);
+  model::CheckpointOptions ckpt_options;
+  if (options.progress) ckpt_options.progress = model::ProgressMode::kAlways;
+  const model::Checkpoint checkpoint(options.model_dir, ckpt_options);
+  m.weights = model::load_model_weights(checkpoint, m.config);
+  const fs::path tok = fs::path(options.model_dir) / "tokenizer.json";
+  if (fs::exists(tok)) {
+    m.tokenizer = tokenizer::Tokenizer::from_file(tok);
+    FP4_CHECK(m.tokenizer->vocab_size() <= m.config.vocab_size,
+              "{}: {} tokens, more than the model's vocab_size {}", tok.string(),
+              m.tokenizer->vocab_size(), m.config.vocab_size);
+  }
+  m.backend = std::make_unique<cpu::CpuBackend>();
+  m.load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return m;
+}
+
+kvcache::PageDType parse_cache_flag(const std::string& text, const std::string& flag) {
+  if (text == "auto" || text == "fp32") return kvcache::PageDType::kFP32;
+  return kvcache::page_dtype(kvcache::parse_cache_dtype(text, flag, false));
+}
+
+model::CacheFormats cache_formats(const std::string& kv_flag, const std::string& index_flag) {
+  model::CacheFormats f;
+  f.kv = parse_cache_flag(kv_flag, "--kv-cache-dtype");
+  f.index = index_flag == "auto" ? f.kv : parse_cache_flag(index_flag, "--index-cache-dtype");
+  return f;
+}
+
+}  // namespace fp4::engine

@@ -1,0 +1,38 @@
+// Everything loaded for one model directory: its config, weights, tokenizer (when the directory
+// has one) and the backend that runs it. Caches are sized separately, per use.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/kv_memory.h"
+#include "model/model_weights.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fp4::engine {
+
+struct LoadOptions {
+  std::string model_dir;
+  bool progress = false;  // force the loading progress bar even when stderr is not a terminal
+};
+
+struct LoadedModel {
+  model::ModelConfig config;
+  model::ModelWeights weights;
+  std::optional<tokenizer::Tokenizer> tokenizer;
+  std::unique_ptr<Backend> backend;
+  double load_seconds = 0;
+};
+
+LoadedModel load_model(const LoadOptions& options);
+
+// Cache page formats from the --kv-cache-dtype / --index-cache-dtype spellings: auto, fp32,
+// bf16, fp8 (fp8_e4m3), nvfp4. "auto" keeps the model's compute precision: FP32 on the CPU
+// backend. An index cache of "auto" follows the main cache.
+kvcache::PageDType parse_cache_flag(const std::string& text, const std::string& flag);
+model::CacheFormats cache_formats(const std::string& kv_flag, const std::string& index_flag);
+
+}  // namespace fp4::engine

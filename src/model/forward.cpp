@@ -1,0 +1,217 @@
+#include "model/forward.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace fp4::model {
+namespace {
+
+PagedContext paged_context(const StepBatch& b) {
+  PagedContext c;
+  c.positions = b.positions.data();
+  c.seq_of_token = b.seq_of_token.data();
+  c.block_tables = b.block_tables.data();
+  c.tokens = static_cast<int64_t>(b.tokens.size());
+  c.num_seqs = b.num_seqs;
+  c.max_blocks = b.max_blocks;
+  return c;
+}
+
+void check_batch(const StepBatch& b, const ModelConfig& c, int64_t num_pages) {
+  const size_t t = b.tokens.size();
+  FP4_CHECK(t > 0 && b.positions.size() == t && b.seq_of_token.size() == t,
+            "step batch: {} tokens with {} positions and {} sequence indices", t,
+            b.positions.size(), b.seq_of_token.size());
+  FP4_CHECK(static_cast<int64_t>(b.block_tables.size()) == b.num_seqs * b.max_blocks,
+            "step batch: block tables hold {} entries, expected {} x {}", b.block_tables.size(),
+            b.num_seqs, b.max_blocks);
+  for (size_t i = 0; i < t; ++i) {
+    FP4_CHECK(b.tokens[i] >= 0 && b.tokens[i] < c.vocab_size, "token id {} is outside the "
+              "vocabulary of {}", b.tokens[i], c.vocab_size);
+    FP4_CHECK(b.seq_of_token[i] >= 0 && b.seq_of_token[i] < b.num_seqs && b.positions[i] >= 0,
+              "step batch: token {} has sequence {} and position {}", i, b.seq_of_token[i],
+              b.positions[i]);
+    const int64_t block = b.positions[i] / kvcache::kPageTokens;
+    FP4_CHECK(block < b.max_blocks, "step batch: position {} needs block {}, beyond the block "
+              "table's {}", b.positions[i], block, b.max_blocks);
+    const int32_t page = b.block_tables[b.seq_of_token[i] * b.max_blocks + block];
+    FP4_CHECK(page >= 0 && page < num_pages, "step batch: position {} maps to page {}, outside "
+              "the {} pages", b.positions[i], page, num_pages);
+  }
+  for (int32_t r : b.logit_rows) {
+    FP4_CHECK(r >= 0 && static_cast<size_t>(r) < t, "logit row {} is outside the {} tokens", r, t);
+  }
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights, Backend& backend,
+                         KvMemory& cache)
+    : config_(config), weights_(weights), backend_(backend), cache_(cache) {}
+
+std::vector<float> ModelRunner::linear(const LinearWeight& w, const float* x, int64_t rows) {
+  std::vector<float> y(static_cast<size_t>(rows * w.out));
+  backend_.linear({.x = x, .w = w.w.data(), .y = y.data(), .m = rows, .n = w.out, .k = w.in});
+  return y;
+}
+
+void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t rows, float* out) {
+  const std::vector<float> gate = linear(w.gate, x, rows);
+  const std::vector<float> up = linear(w.up, x, rows);
+  std::vector<float> act(gate.size());
+  const bool oai = config_.activation == ModelConfig::Activation::kSwigluOai;
+  backend_.gated_activation({.gate = gate.data(), .up = up.data(), .out = act.data(), .m = rows,
+                             .inter = w.gate.out, .stride = w.gate.out,
+                             .kind = oai ? GatedActivation::kSwigluOai : GatedActivation::kSilu,
+                             .alpha = config_.swiglu_alpha, .limit = config_.swiglu_limit,
+                             .beta = config_.swiglu_beta});
+  backend_.linear({.x = act.data(), .w = w.down.w.data(), .y = out, .m = rows, .n = w.down.out,
+                   .k = w.down.in});
+}
+
+void ModelRunner::moe(const MoeWeights& w, const std::vector<float>& x, int64_t rows,
+                      std::vector<float>& out) {
+  const int64_t h = config_.hidden_size, k = config_.num_experts_per_tok;
+  const std::vector<float> logits = linear(w.router, x.data(), rows);
+  std::vector<int32_t> ids(static_cast<size_t>(rows * k));
+  std::vector<float> weights(ids.size());
+  backend_.router({.logits = logits.data(), .bias = w.bias.empty() ? nullptr : w.bias.data(),
+                   .tokens = rows, .experts = config_.num_experts, .top_k = k,
+                   .expert_ids = ids.data(), .weights = weights.data()});
+  // Group the (token, slot) pairs by expert so each expert runs once on all its tokens.
+  std::vector<std::vector<int64_t>> assigned(static_cast<size_t>(config_.num_experts));
+  for (int64_t i = 0; i < rows * k; ++i) assigned[ids[i]].push_back(i);
+  std::vector<float> routed(static_cast<size_t>(rows * h), 0.0f);
+  for (int64_t e = 0; e < config_.num_experts; ++e) {
+    const auto& pairs = assigned[e];
+    if (pairs.empty()) continue;
+    const int64_t n = static_cast<int64_t>(pairs.size());
+    std::vector<float> in(static_cast<size_t>(n * h)), y(static_cast<size_t>(n * h));
+    for (int64_t r = 0; r < n; ++r) {
+      std::memcpy(&in[r * h], &x[pairs[r] / k * h], sizeof(float) * h);
+    }
+    mlp(w.experts[e], in.data(), n, y.data());
+    for (int64_t r = 0; r < n; ++r) {
+      float* dst = &routed[pairs[r] / k * h];
+      const float weight = weights[pairs[r]];
+      for (int64_t j = 0; j < h; ++j) dst[j] += weight * y[r * h + j];
+    }
+  }
+  out.assign(static_cast<size_t>(rows * h), 0.0f);
+  if (w.has_shared) mlp(w.shared, x.data(), rows, out.data());
+  for (size_t j = 0; j < out.size(); ++j) out[j] += config_.routed_scaling_factor * routed[j];
+}
+
+void ModelRunner::attention(int64_t layer_index, const StepBatch& b,
+                            const std::vector<float>& x, std::vector<float>& out) {
+  const LayerWeights& layer = weights_.layers[layer_index];
+  const AttentionWeights& w = layer.attn;
+  LayerCache& cache = cache_.layer(layer_index);
+  const ModelConfig& c = config_;
+  const int64_t t = static_cast<int64_t>(b.tokens.size());
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  std::vector<float> q = linear(w.q, x.data(), t);
+  std::vector<float> k = linear(w.k, x.data(), t);
+  const std::vector<float> v = linear(w.v, x.data(), t);
+  auto norm_heads = [&](std::vector<float>& y, const std::vector<float>& weight, int64_t dim) {
+    if (weight.empty()) return;
+    backend_.rms_norm({.x = y.data(), .weight = weight.data(), .y = y.data(),
+                       .rows = static_cast<int64_t>(y.size()) / dim, .dim = dim, .eps = eps,
+                       .gemma = c.gemma_norm});
+  };
+  auto rotate = [&](std::vector<float>& y, int64_t dim) {
+    backend_.rope({.x = y.data(), .positions = b.positions.data(), .tokens = t,
+                   .heads = static_cast<int64_t>(y.size()) / (t * dim), .head_dim = dim,
+                   .rotary_dim = c.rotary_dim, .theta = c.rope_theta});
+  };
+  norm_heads(q, w.q_norm, c.head_dim);
+  norm_heads(k, w.k_norm, c.head_dim);
+  rotate(q, c.head_dim);
+  rotate(k, c.head_dim);
+
+  std::vector<int64_t> slots(static_cast<size_t>(t));
+  for (int64_t i = 0; i < t; ++i) {
+    const int64_t page = b.block_tables[b.seq_of_token[i] * b.max_blocks +
+                                        b.positions[i] / kvcache::kPageTokens];
+    slots[i] = page * kvcache::kPageTokens + b.positions[i] % kvcache::kPageTokens;
+  }
+  backend_.cache_insert({.layout = &cache.kv, .pool = cache.kv_pages.data(),
+                         .num_pages = cache_.num_pages(), .k = k.data(), .v = v.data(),
+                         .slots = slots.data(), .tokens = t, .scales = cache.kv_scales});
+
+  const PagedContext ctx = paged_context(b);
+  std::vector<int32_t>* selected = nullptr;
+  if (layer.sparse) {
+    const int64_t di = c.index_head_dim;
+    std::vector<float> iq = linear(w.index_q, x.data(), t);
+    std::vector<float> ik = linear(w.index_k, x.data(), t);
+    norm_heads(iq, w.index_q_norm, di);
+    norm_heads(ik, w.index_k_norm, di);
+    rotate(iq, di);
+    rotate(ik, di);
+    backend_.cache_insert({.layout = &cache.index, .pool = cache.index_pages.data(),
+                           .num_pages = cache_.num_pages(), .k = ik.data(), .v = nullptr,
+                           .slots = slots.data(), .tokens = t,
+                           .scales = {cache.index_scale, 1.0f}});
+    selected = &selection_[layer_index];
+    selected->assign(static_cast<size_t>(c.num_kv_heads * t * c.sparse_topk_blocks), -1);
+    backend_.indexer_topk({.ctx = ctx, .layout = &cache.index, .pool = cache.index_pages.data(),
+                           .num_pages = cache_.num_pages(), .scale = cache.index_scale,
+                           .index_q = iq.data(), .heads = c.num_index_heads, .head_dim = di,
+                           .topk = c.sparse_topk_blocks, .init_blocks = c.sparse_init_blocks,
+                           .local_blocks = c.sparse_local_blocks, .selected = selected->data()});
+  }
+  std::vector<float> attn(static_cast<size_t>(t * c.num_heads * c.head_dim));
+  backend_.paged_attention({.ctx = ctx, .layout = &cache.kv, .pool = cache.kv_pages.data(),
+                            .num_pages = cache_.num_pages(), .scales = cache.kv_scales,
+                            .q = q.data(), .out = attn.data(), .q_heads = c.num_heads,
+                            .kv_heads = c.num_kv_heads, .head_dim = c.head_dim,
+                            .softmax_scale = static_cast<float>(1.0 / std::sqrt(double(c.head_dim))),
+                            .selected = selected != nullptr ? selected->data() : nullptr,
+                            .topk = selected != nullptr ? c.sparse_topk_blocks : 0});
+  out = linear(w.o, attn.data(), t);
+}
+
+std::vector<float> ModelRunner::forward(const StepBatch& b) {
+  const ModelConfig& c = config_;
+  check_batch(b, c, cache_.num_pages());
+  const int64_t t = static_cast<int64_t>(b.tokens.size()), h = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  selection_.assign(static_cast<size_t>(c.num_layers), {});
+
+  std::vector<float> x(static_cast<size_t>(t * h));
+  for (int64_t i = 0; i < t; ++i) {
+    std::memcpy(&x[i * h], &weights_.embed.w[int64_t{b.tokens[i]} * h], sizeof(float) * h);
+  }
+  std::vector<float> normed(x.size()), delta;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& layer = weights_.layers[l];
+    backend_.rms_norm({.x = x.data(), .weight = layer.input_norm.data(), .y = normed.data(),
+                       .rows = t, .dim = h, .eps = eps, .gemma = c.gemma_norm});
+    attention(l, b, normed, delta);
+    for (size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
+    backend_.rms_norm({.x = x.data(), .weight = layer.post_attention_norm.data(),
+                       .y = normed.data(), .rows = t, .dim = h, .eps = eps, .gemma = c.gemma_norm});
+    if (layer.moe) {
+      moe(layer.moe_weights, normed, t, delta);
+    } else {
+      delta.assign(x.size(), 0.0f);
+      mlp(layer.mlp, normed.data(), t, delta.data());
+    }
+    for (size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
+  }
+  // Only the rows whose next token is wanted reach the final norm and the vocabulary projection.
+  const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
+  std::vector<float> last(static_cast<size_t>(rows * h));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(&last[r * h], &x[int64_t{b.logit_rows[r]} * h], sizeof(float) * h);
+  }
+  backend_.rms_norm({.x = last.data(), .weight = weights_.final_norm.data(), .y = last.data(),
+                     .rows = rows, .dim = h, .eps = eps, .gemma = c.gemma_norm});
+  return linear(weights_.output(), last.data(), rows);
+}
+
+}  // namespace fp4::model

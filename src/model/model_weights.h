@@ -1,0 +1,63 @@
+// The weights of one model of the family, loaded from a checkpoint and held as FP32 on the
+// host: the CPU backend's working format, whatever the checkpoint stores (NVFP4 and MXFP8
+// tensors are dequantized exactly on load). Names follow the Hugging Face layout of
+// docs/model.md, with or without the `language_model.` prefix of multimodal checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "model/config.h"
+
+namespace fp4::model {
+
+struct LinearWeight {
+  std::vector<float> w;  // [out, in]
+  int64_t out = 0, in = 0;
+  std::string format;    // as stored: bf16, nvfp4, ... (for logs)
+};
+
+struct MlpWeights {
+  LinearWeight gate, up, down;
+};
+
+struct AttentionWeights {
+  LinearWeight q, k, v, o;
+  std::vector<float> q_norm, k_norm;  // [head_dim] when the model norms q and k
+  // MSA layers only.
+  LinearWeight index_q, index_k;
+  std::vector<float> index_q_norm, index_k_norm;  // [index_head_dim]
+};
+
+struct MoeWeights {
+  LinearWeight router;           // [experts, hidden], FP32 in the checkpoint
+  std::vector<float> bias;       // [experts] selection bias, empty when unused
+  std::vector<MlpWeights> experts;
+  bool has_shared = false;
+  MlpWeights shared;
+};
+
+struct LayerWeights {
+  bool sparse = false;
+  bool moe = false;
+  std::vector<float> input_norm, post_attention_norm;  // [hidden]
+  AttentionWeights attn;
+  MlpWeights mlp;  // dense layers
+  MoeWeights moe_weights;
+};
+
+struct ModelWeights {
+  LinearWeight embed;      // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;
+  LinearWeight lm_head;    // empty when tied to the embedding
+  const LinearWeight& output() const { return lm_head.w.empty() ? embed : lm_head; }
+};
+
+// Loads and checks every tensor the config implies; a missing or mis-shaped tensor throws
+// fp4::Error naming it and the expected shape.
+ModelWeights load_model_weights(const Checkpoint& checkpoint, const ModelConfig& config);
+
+}  // namespace fp4::model

@@ -1,0 +1,301 @@
+// The CPU backend's model ops against slow, obviously correct references written here in
+// double precision, on fresh random inputs. Paged ops run over shuffled page tables so that the
+// indirection is exercised, and over every page format: the references then read the same pages
+// back with kvcache::read_page, so a quantized cache is checked against attention on its
+// dequantized values (the codec itself is tested bit-exactly in tests/unit/kvcache).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "tests/support/random.h"
+
+namespace fp4 {
+namespace {
+
+using kvcache::PageDType;
+constexpr double kEps32 = 0x1p-24;
+
+TEST(CpuLinear, MatchesDoubleReferenceWithinAccumulationBound) {
+  auto rng = testing::seeded_rng(1);
+  for (auto [m, n, k] : {std::tuple{1, 7, 5}, {3, 64, 172}, {70, 33, 256}}) {
+    const auto x = testing::random_floats(m * k, testing::Distribution::kGaussian, rng);
+    const auto w = testing::random_floats(n * k, testing::Distribution::kStudentT3, rng);
+    std::vector<float> y(m * n);
+    cpu::linear({.x = x.data(), .w = w.data(), .y = y.data(), .m = m, .n = n, .k = k});
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        double exact = 0, magnitude = 0;
+        for (int e = 0; e < k; ++e) {
+          exact += double{x[i * k + e]} * w[j * k + e];
+          magnitude += std::abs(double{x[i * k + e]} * w[j * k + e]);
+        }
+        // Eight lanes of k/8 sequential adds, then a 4-deep combine and the tail: each term
+        // passes through at most k/8 + 4 + 8 roundings of relative size 2^-24.
+        const double bound = (k / 8.0 + 12) * kEps32 * magnitude;
+        EXPECT_NEAR(y[i * n + j], exact, bound) << m << "x" << n << "x" << k;
+      }
+    }
+  }
+}
+
+TEST(CpuRope, RotatesHalfSplitPairsOfTheLeadingDims) {
+  auto rng = testing::seeded_rng(2);
+  const int tokens = 5, heads = 3, dim = 16, rot = 8;
+  auto x = testing::random_floats(tokens * heads * dim, testing::Distribution::kGaussian, rng);
+  const auto original = x;
+  const std::vector<int32_t> positions = {0, 1, 17, 300, 4099};
+  cpu::rope({.x = x.data(), .positions = positions.data(), .tokens = tokens, .heads = heads,
+             .head_dim = dim, .rotary_dim = rot, .theta = 5e6});
+  for (int t = 0; t < tokens; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      const float* a = &original[(t * heads + h) * dim];
+      const float* b = &x[(t * heads + h) * dim];
+      for (int j = 0; j < rot / 2; ++j) {
+        const double angle = positions[t] * std::pow(5e6, -2.0 * j / rot);
+        const double c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+        // Two products and one add in float: within 2 ulps of the magnitudes involved.
+        const double tol = 4 * kEps32 * (std::abs(a[j]) + std::abs(a[j + rot / 2]));
+        EXPECT_NEAR(b[j], a[j] * c - a[j + rot / 2] * s, tol);
+        EXPECT_NEAR(b[j + rot / 2], a[j + rot / 2] * c + a[j] * s, tol);
+      }
+      for (int j = rot; j < dim; ++j) EXPECT_EQ(b[j], a[j]) << "dims beyond rotary_dim move";
+      if (positions[t] == 0) {
+        for (int j = 0; j < dim; ++j) EXPECT_EQ(b[j], a[j]) << "position 0 is the identity";
+      }
+    }
+  }
+}
+
+TEST(CpuRouter, BiasChoosesExpertsButWeightsComeFromScores) {
+  auto rng = testing::seeded_rng(3);
+  const int tokens = 9, experts = 16, top_k = 4;
+  const auto logits = testing::random_floats(tokens * experts, testing::Distribution::kGaussian, rng);
+  const auto bias = testing::random_floats(experts, testing::Distribution::kGaussian, rng);
+  std::vector<int32_t> ids(tokens * top_k);
+  std::vector<float> weights(tokens * top_k);
+  cpu::router({.logits = logits.data(), .bias = bias.data(), .tokens = tokens, .experts = experts,
+               .top_k = top_k, .expert_ids = ids.data(), .weights = weights.data()});
+  for (int t = 0; t < tokens; ++t) {
+    std::vector<int> order(experts);
+    std::iota(order.begin(), order.end(), 0);
+    auto sig = [&](int e) { return 1.0 / (1.0 + std::exp(-double{logits[t * experts + e]})); };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return sig(a) + bias[a] > sig(b) + bias[b]; });
+    double sum = 0;
+    for (int i = 0; i < top_k; ++i) sum += sig(order[i]);
+    for (int i = 0; i < top_k; ++i) {
+      EXPECT_EQ(ids[t * top_k + i], order[i]);
+      // sigmoid and a k-term sum in float: a few ulps.
+      EXPECT_NEAR(weights[t * top_k + i], sig(order[i]) / sum, 16 * kEps32);
+    }
+  }
+}
+
+// A step of `seqs` sequences whose pages are scattered through a pool.
+struct PagedFixture {
+  std::vector<int32_t> positions, seq_of_token, tables;
+  int64_t num_seqs = 0, max_blocks = 0, num_pages = 0;
+  std::vector<int32_t> context;  // tokens per sequence after the step
+
+  PagedFixture(const std::vector<int32_t>& contexts, int queries_per_seq, std::mt19937_64& rng)
+      : context(contexts) {
+    num_seqs = static_cast<int64_t>(contexts.size());
+    for (int32_t c : contexts) max_blocks = std::max<int64_t>(max_blocks, (c + 127) / 128);
+    num_pages = num_seqs * max_blocks + 3;
+    std::vector<int32_t> pages(num_pages);
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), rng);
+    tables.assign(num_seqs * max_blocks, -1);
+    int next = 0;
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      for (int64_t b = 0; b < (contexts[s] + 127) / 128; ++b) tables[s * max_blocks + b] = pages[next++];
+      for (int q = std::max(0, contexts[s] - queries_per_seq); q < contexts[s]; ++q) {
+        positions.push_back(q);
+        seq_of_token.push_back(static_cast<int32_t>(s));
+      }
+    }
+  }
+  int64_t tokens() const { return static_cast<int64_t>(positions.size()); }
+  PagedContext ctx() const {
+    return {positions.data(), seq_of_token.data(), tables.data(), tokens(), num_seqs, max_blocks};
+  }
+  int64_t slot(int64_t s, int64_t pos) const { return tables[s * max_blocks + pos / 128] * 128 + pos % 128; }
+};
+
+// Exact small integers make every dot product exact in float and double, and make ties common,
+// so the selection rule (including ties to the lower block id) is checked exactly.
+std::vector<float> small_integers(size_t n, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> d(-3, 3);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(d(rng));
+  return v;
+}
+
+std::vector<int32_t> reference_selection(const std::vector<float>& q, const std::vector<float>& keys,
+                                         int64_t pos, int64_t dim, int64_t topk, int64_t init,
+                                         int64_t local) {
+  const int64_t blocks = pos / 128 + 1;
+  std::vector<int32_t> out;
+  if (blocks <= topk) {
+    for (int64_t b = 0; b < blocks; ++b) out.push_back(static_cast<int32_t>(b));
+  } else {
+    std::vector<double> score(blocks, -INFINITY);
+    for (int64_t j = 0; j <= pos; ++j) {
+      double s = 0;
+      for (int64_t e = 0; e < dim; ++e) s += double{q[e]} * keys[j * dim + e];
+      score[j / 128] = std::max(score[j / 128], s);
+    }
+    std::vector<int32_t> rest;
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (b < init || b >= blocks - local) out.push_back(static_cast<int32_t>(b));
+      else rest.push_back(static_cast<int32_t>(b));
+    }
+    std::stable_sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) { return score[a] > score[b]; });
+    rest.resize(topk - out.size());
+    out.insert(out.end(), rest.begin(), rest.end());
+    std::sort(out.begin(), out.end());
+  }
+  out.resize(topk, -1);
+  return out;
+}
+
+TEST(CpuIndexer, SelectsForcedThenBestBlocksAscendingWithTiesToLowerIds) {
+  auto rng = testing::seeded_rng(4);
+  const int64_t heads = 2, dim = 16, topk = 16;
+  for (int64_t init : {0, 1}) {
+    PagedFixture f({1, 127, 128, 2048, 2049, 2600}, 3, rng);
+    const auto layout = kvcache::index_page_layout(PageDType::kFP32, dim);
+    std::vector<uint8_t> pool(f.num_pages * layout.page_bytes, 0xFF);  // NaN until written
+    std::vector<std::vector<float>> keys(f.num_seqs);
+    for (int64_t s = 0; s < f.num_seqs; ++s) {
+      keys[s] = small_integers(f.context[s] * dim, rng);
+      for (int64_t j = 0; j < f.context[s]; ++j) {
+        const int64_t slot = f.slot(s, j);
+        kvcache::write_index_token(layout, &pool[slot / 128 * layout.page_bytes], slot % 128,
+                                   &keys[s][j * dim]);
+      }
+    }
+    const auto q = small_integers(f.tokens() * heads * dim, rng);
+    std::vector<int32_t> selected(heads * f.tokens() * topk, 7);
+    cpu::indexer_topk({.ctx = f.ctx(), .layout = &layout, .pool = pool.data(),
+                       .num_pages = f.num_pages, .scale = 1.0f, .index_q = q.data(), .heads = heads,
+                       .head_dim = dim, .topk = topk, .init_blocks = init, .local_blocks = 1,
+                       .selected = selected.data()});
+    for (int64_t t = 0; t < f.tokens(); ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const std::vector<float> qh(q.begin() + (t * heads + h) * dim,
+                                    q.begin() + (t * heads + h + 1) * dim);
+        const auto want = reference_selection(qh, keys[f.seq_of_token[t]], f.positions[t], dim,
+                                              topk, init, 1);
+        const std::vector<int32_t> got(selected.begin() + (h * f.tokens() + t) * topk,
+                                       selected.begin() + (h * f.tokens() + t + 1) * topk);
+        EXPECT_EQ(got, want) << "position " << f.positions[t] << " head " << h << " init " << init;
+      }
+    }
+  }
+}
+
+class CpuPagedAttention : public ::testing::TestWithParam<PageDType> {};
+
+TEST_P(CpuPagedAttention, MatchesDoubleAttentionOnTheDequantizedCache) {
+  auto rng = testing::seeded_rng(5 + static_cast<int>(GetParam()));
+  const int64_t q_heads = 8, kv_heads = 2, dim = 32, topk = 16;
+  const float scale = 1.0f / std::sqrt(float(dim));
+  for (bool sparse : {false, true}) {
+    PagedFixture f({1, 130, 2049, 2600}, 2, rng);
+    const auto layout = kvcache::kv_page_layout(GetParam(), kv_heads, dim);
+    std::vector<uint8_t> pool(f.num_pages * layout.page_bytes, 0xFF);
+    const int64_t vec = kv_heads * dim;
+    // What attention must see: the values as stored, read back through the page reference.
+    std::vector<std::vector<float>> k_seen(f.num_seqs), v_seen(f.num_seqs);
+    for (int64_t s = 0; s < f.num_seqs; ++s) {
+      const auto k = testing::random_floats(f.context[s] * vec, testing::Distribution::kGaussian, rng);
+      const auto v = testing::random_floats(f.context[s] * vec, testing::Distribution::kGaussian, rng);
+      std::vector<int64_t> slots(f.context[s]);
+      for (int64_t j = 0; j < f.context[s]; ++j) slots[j] = f.slot(s, j);
+      cpu::cache_insert({.layout = &layout, .pool = pool.data(), .num_pages = f.num_pages,
+                         .k = k.data(), .v = v.data(), .slots = slots.data(), .tokens = f.context[s], .scales = {}});
+      k_seen[s].resize(k.size());
+      v_seen[s].resize(v.size());
+      for (int64_t j = 0; j < f.context[s]; j += 128) {
+        const int n = static_cast<int>(std::min<int64_t>(128, f.context[s] - j));
+        kvcache::read_page(layout, &pool[slots[j] / 128 * layout.page_bytes], n, &k_seen[s][j * vec],
+                           &v_seen[s][j * vec]);
+      }
+    }
+    const auto q = testing::random_floats(f.tokens() * q_heads * dim, testing::Distribution::kGaussian, rng);
+    // A random selection per (KV head, token) that keeps the local block, in ascending order.
+    std::vector<int32_t> selected(kv_heads * f.tokens() * topk, -1);
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      for (int64_t t = 0; t < f.tokens(); ++t) {
+        const int32_t blocks = f.positions[t] / 128 + 1;
+        std::vector<int32_t> ids(blocks - 1);
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        ids.resize(std::min<size_t>(ids.size(), topk - 1));
+        ids.push_back(blocks - 1);
+        std::sort(ids.begin(), ids.end());
+        std::copy(ids.begin(), ids.end(), &selected[(g * f.tokens() + t) * topk]);
+      }
+    }
+    std::vector<float> out(f.tokens() * q_heads * dim, NAN);
+    cpu::paged_attention({.ctx = f.ctx(), .layout = &layout, .pool = pool.data(),
+                          .num_pages = f.num_pages, .scales = {}, .q = q.data(), .out = out.data(),
+                          .q_heads = q_heads, .kv_heads = kv_heads, .head_dim = dim,
+                          .softmax_scale = scale, .selected = sparse ? selected.data() : nullptr,
+                          .topk = sparse ? topk : 0});
+    for (int64_t t = 0; t < f.tokens(); ++t) {
+      const int64_t s = f.seq_of_token[t], pos = f.positions[t];
+      for (int64_t h = 0; h < q_heads; ++h) {
+        const int64_t g = h / (q_heads / kv_heads);
+        std::vector<bool> visible(pos + 1, !sparse);
+        if (sparse) {
+          for (int i = 0; i < topk; ++i) {
+            const int32_t b = selected[(g * f.tokens() + t) * topk + i];
+            for (int64_t j = b * 128; b >= 0 && j < std::min<int64_t>(pos + 1, b * 128 + 128); ++j) visible[j] = true;
+          }
+        }
+        std::vector<double> logit(pos + 1, -INFINITY);
+        double max_logit = -INFINITY, max_abs_logit = 0, max_v = 0;
+        for (int64_t j = 0; j <= pos; ++j) {
+          if (!visible[j]) continue;
+          double d = 0;
+          for (int64_t e = 0; e < dim; ++e) d += double{q[(t * q_heads + h) * dim + e]} * k_seen[s][j * vec + g * dim + e];
+          logit[j] = d * scale;
+          max_logit = std::max(max_logit, logit[j]);
+          max_abs_logit = std::max(max_abs_logit, std::abs(logit[j]));
+        }
+        double denom = 0;
+        for (int64_t j = 0; j <= pos; ++j) denom += visible[j] ? std::exp(logit[j] - max_logit) : 0;
+        for (int64_t e = 0; e < dim; ++e) {
+          double o = 0;
+          for (int64_t j = 0; j <= pos; ++j) {
+            if (!visible[j]) continue;
+            o += std::exp(logit[j] - max_logit) / denom * v_seen[s][j * vec + g * dim + e];
+            max_v = std::max(max_v, std::abs(double{v_seen[s][j * vec + g * dim + e]}));
+          }
+          // Each logit carries ~dim/4 + 8 roundings of its products (|logit| scale), exp adds a
+          // few ulps, the running sums up to 2 per key relative to their total: the output,
+          // a convex combination of V, is off by at most ~(dim/4 + 8) * eps * max|logit| * max|V|
+          // plus a few eps * max|V| per accumulation. 64x eps covers the combination terms.
+          const double tol = ((dim / 4.0 + 8) * max_abs_logit + 64) * kEps32 * max_v * 4;
+          EXPECT_NEAR(out[(t * q_heads + h) * dim + e], o, tol)
+              << "position " << pos << " head " << h << (sparse ? " sparse" : " dense");
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryPageFormat, CpuPagedAttention,
+                         ::testing::Values(PageDType::kFP32, PageDType::kBF16, PageDType::kFP8,
+                                           PageDType::kNVFP4),
+                         [](const auto& info) { return std::string(kvcache::page_dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace fp4

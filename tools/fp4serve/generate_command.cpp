@@ -1,0 +1,176 @@
+// `fp4serve generate`: one prompt, offline. stdout gets exactly the generated text (or, with
+// --json, one JSON object); statistics go to stderr so they never mix with the text.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/check.h"
+#include "core/thread_pool.h"
+#include "engine/generator.h"
+#include "tools/fp4serve/commands.h"
+
+namespace fp4::cli {
+namespace {
+
+struct GenerateFlags {
+  std::string model;
+  std::string prompt;
+  bool prompt_given = false;
+  std::string prompt_ids;
+  std::string prompt_ids_file;
+  int64_t max_tokens = 128;
+  int64_t min_tokens = 0;
+  sampling::SamplingParams sampling;
+  int64_t seed = -1;
+  bool ignore_eos = false;
+  std::string kv_cache_dtype = "auto";
+  std::string index_cache_dtype = "auto";
+  int threads = 0;
+  bool json = false;
+  std::string dump_logits;
+  bool progress = false;
+};
+
+std::vector<int32_t> parse_ids(const std::string& text, const std::string& what) {
+  std::string spaced = text;
+  for (char& ch : spaced) ch = ch == ',' ? ' ' : ch;
+  std::istringstream in(spaced);
+  std::vector<int32_t> ids;
+  std::string word;
+  while (in >> word) {
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    FP4_CHECK(used == word.size() && v >= 0 && v <= INT32_MAX, "{}: '{}' is not a token id", what,
+              word);
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+std::vector<int32_t> prompt_tokens(const GenerateFlags& f, const engine::LoadedModel& m) {
+  const int sources = f.prompt_given + !f.prompt_ids.empty() + !f.prompt_ids_file.empty();
+  FP4_CHECK(sources == 1, "give exactly one of --prompt, --prompt-ids, --prompt-ids-file");
+  if (!f.prompt_ids.empty()) return parse_ids(f.prompt_ids, "--prompt-ids");
+  if (!f.prompt_ids_file.empty()) {
+    std::ifstream in(f.prompt_ids_file);
+    FP4_CHECK(in.good(), "--prompt-ids-file {}: cannot read it", f.prompt_ids_file);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return parse_ids(text.str(), f.prompt_ids_file);
+  }
+  FP4_CHECK(m.tokenizer.has_value(), "--prompt needs {}/tokenizer.json; give --prompt-ids "
+            "instead", f.model);
+  std::vector<int32_t> ids = m.tokenizer->encode(f.prompt, /*add_special_tokens=*/true);
+  // An empty prompt still needs one token to condition on: the beginning of the sequence.
+  if (ids.empty()) {
+    const int64_t bos = m.tokenizer->bos_id() >= 0 ? m.tokenizer->bos_id() : m.config.bos_token_id;
+    FP4_CHECK(bos >= 0, "the prompt is empty and the model has no beginning-of-sequence token");
+    ids.push_back(static_cast<int32_t>(bos));
+  }
+  return ids;
+}
+
+void run_generate(const GenerateFlags& f) {
+  set_default_num_threads(f.threads);
+  engine::LoadOptions load{f.model, f.progress};
+  const engine::LoadedModel m = engine::load_model(load);
+  engine::GenerateRequest req;
+  req.prompt = prompt_tokens(f, m);
+  req.max_tokens = f.max_tokens;
+  req.min_tokens = f.min_tokens;
+  req.sampling = f.sampling;
+  if (f.seed >= 0) req.sampling.seed = static_cast<uint64_t>(f.seed);
+  req.ignore_eos = f.ignore_eos;
+  req.keep_logits = !f.dump_logits.empty();
+  if (m.tokenizer && m.tokenizer->eos_id() >= 0) req.stop_token_ids.push_back(m.tokenizer->eos_id());
+
+  engine::GeneratorOptions options;
+  options.cache = engine::cache_formats(f.kv_cache_dtype, f.index_cache_dtype);
+  engine::Generator generator(m, options,
+                              static_cast<int64_t>(req.prompt.size()) + req.max_tokens);
+  const engine::GenerateResult r = generator.generate(req);
+
+  const std::string text =
+      m.tokenizer ? m.tokenizer->decode(r.tokens, /*skip_special_tokens=*/true) : std::string();
+  if (!f.dump_logits.empty()) {
+    std::ofstream out(f.dump_logits, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(r.step_logits.data()),
+              static_cast<std::streamsize>(r.step_logits.size() * sizeof(float)));
+    FP4_CHECK(out.good(), "--dump-logits {}: cannot write it", f.dump_logits);
+  }
+  const double prefill_tps = static_cast<double>(req.prompt.size() - r.cached_prompt_tokens) /
+                             std::max(r.prefill_seconds, 1e-9);
+  // The first token comes from the prefill; the decode rate counts the steps after it.
+  const double decode_tps =
+      static_cast<double>(r.tokens.size() > 0 ? r.tokens.size() - 1 : 0) /
+      std::max(r.decode_seconds, 1e-9);
+  if (f.json) {
+    nlohmann::json j = {{"text", text},
+                        {"token_ids", r.tokens},
+                        {"logprobs", r.logprobs},
+                        {"prompt_tokens", req.prompt.size()},
+                        {"completion_tokens", r.tokens.size()},
+                        {"cached_prompt_tokens", r.cached_prompt_tokens},
+                        {"finish_reason", r.finish_reason},
+                        {"prefill_tokens_per_s", prefill_tps},
+                        {"decode_tokens_per_s", decode_tps}};
+    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else {
+    fmt::print("{}", text);
+    std::fflush(stdout);
+  }
+  fmt::print(stderr,
+             "\n[fp4serve] {} prompt + {} generated tokens ({}), kv cache {}, index cache {}, {} "
+             "threads | load {:.2f} s | prefill {:.1f} tok/s | decode {:.1f} tok/s\n",
+             req.prompt.size(), r.tokens.size(), r.finish_reason,
+             kvcache::page_dtype_name(options.cache.kv), kvcache::page_dtype_name(options.cache.index),
+             default_num_threads(), m.load_seconds, prefill_tps, decode_tps);
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<GenerateFlags>();
+  CLI::App* sub = app.add_subcommand("generate", "Generate text from a prompt, offline");
+  sub->add_option("--model", flags->model, "Model directory (config.json, safetensors)")->required();
+  sub->add_option("--prompt", flags->prompt, "Prompt text (tokenized with the model's tokenizer)");
+  sub->add_option("--prompt-ids", flags->prompt_ids, "Prompt as token ids, comma-separated");
+  sub->add_option("--prompt-ids-file", flags->prompt_ids_file,
+                  "File of whitespace-separated prompt token ids");
+  sub->add_option("--max-tokens", flags->max_tokens, "Tokens to generate")->capture_default_str();
+  sub->add_option("--min-tokens", flags->min_tokens, "Tokens before EOS may stop generation");
+  sub->add_option("--temperature", flags->sampling.temperature, "0 = greedy")->capture_default_str();
+  sub->add_option("--top-p", flags->sampling.top_p, "Nucleus sampling mass");
+  sub->add_option("--top-k", flags->sampling.top_k, "Keep the k most likely tokens (-1: off)");
+  sub->add_option("--min-p", flags->sampling.min_p, "Drop tokens below min_p x the top probability");
+  sub->add_option("--repetition-penalty", flags->sampling.repetition_penalty, "");
+  sub->add_option("--frequency-penalty", flags->sampling.frequency_penalty, "");
+  sub->add_option("--presence-penalty", flags->sampling.presence_penalty, "");
+  sub->add_option("--seed", flags->seed, "Seed of the sampling stream (default: random)");
+  sub->add_flag("--ignore-eos", flags->ignore_eos, "Keep generating after end-of-sequence tokens");
+  sub->add_option("--kv-cache-dtype", flags->kv_cache_dtype, "auto, bf16, fp8, nvfp4")
+      ->capture_default_str();
+  sub->add_option("--index-cache-dtype", flags->index_cache_dtype,
+                  "MSA index-key cache: auto (= --kv-cache-dtype), bf16, fp8, nvfp4")
+      ->capture_default_str();
+  sub->add_option("--threads", flags->threads, "CPU threads (default: all cores)");
+  sub->add_flag("--json", flags->json, "Print one JSON object (text, token ids, logprobs, stats)");
+  sub->add_option("--dump-logits", flags->dump_logits,
+                  "Write every sampled step's logits as float32 [tokens, vocab]");
+  sub->add_flag("--progress", flags->progress, "Show the loading progress bar even when piped");
+  sub->callback([flags, &exit_code, sub] {
+    flags->prompt_given = sub->count("--prompt") > 0;
+    run_generate(*flags);
+    exit_code = 0;
+  });
+}
+
+}  // namespace fp4::cli
