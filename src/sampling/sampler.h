@@ -20,6 +20,8 @@
 //       double(W), W their total, and everything before it: the smallest prefix whose mass
 //       reaches top_p, at least one token.
 //    c. min-p (> 0): keep double(w) >= double(min_p) * 2^40, i.e. prob >= min_p * max prob.
+//    (vLLM's V1 engine applies min-p before top-k/top-p; docs/sampling.md lists the
+//    differences.)
 // 5. Draw: W = the survivors' total weight, r = uniform_below(random_bits(seed, step), W)
 //    (rng.h); the token is the first survivor, in ascending id, whose running weight sum
 //    exceeds r. Its probability is w / W.

@@ -64,7 +64,8 @@ void AddedVocabulary::Trie::insert(std::string_view key, int32_t token) {
   if (nodes[node].token < 0) nodes[node].token = token;
 }
 
-std::pair<int32_t, size_t> AddedVocabulary::Trie::longest_at(std::string_view text, size_t pos) const {
+std::pair<int32_t, size_t> AddedVocabulary::Trie::longest_at(std::string_view text,
+                                                             size_t pos) const {
   std::pair<int32_t, size_t> best{-1, 0};
   int32_t node = 0;
   for (size_t i = pos; i < text.size(); ++i) {

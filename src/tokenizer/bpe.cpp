@@ -13,13 +13,14 @@ BpeModel BpeModel::from_json(const Json& model, const JsonAt& at) {
   const std::string type = detail::type_field(model, at);
   FP4_CHECK(type == "BPE", "{}: the model '{}' is not supported (only BPE is)", at.where(), type);
   for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    FP4_CHECK(detail::string_or(model, affix, "", at).empty(), "{}: a non-empty {} is not supported",
-              at.where(), affix);
+    FP4_CHECK(detail::string_or(model, affix, "", at).empty(),
+              "{}: a non-empty {} is not supported", at.where(), affix);
   }
   if (detail::has_value(model, "dropout")) {
     const Json& dropout = model.at("dropout");
     FP4_CHECK(dropout.is_number() && dropout.get<double>() == 0.0,
-              "{}: BPE dropout {} is not supported (encoding would be random)", at.where(), dropout.dump());
+              "{}: BPE dropout {} is not supported (encoding would be random)", at.where(),
+              dropout.dump());
   }
   BpeModel bpe;
   bpe.where_ = at.where();
@@ -67,17 +68,21 @@ BpeModel BpeModel::from_json(const Json& model, const JsonAt& at) {
       left = text.substr(0, space);
       right = text.substr(space + 1);
     } else {
-      FP4_CHECK(merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string(),
-                "{}: expected \"left right\" or [\"left\", \"right\"], found {}", merge_at.where(), merge.dump());
+      FP4_CHECK(
+          merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string(),
+          "{}: expected \"left right\" or [\"left\", \"right\"], found {}", merge_at.where(),
+          merge.dump());
       left = merge[0].get<std::string>();
       right = merge[1].get<std::string>();
     }
     const auto left_id = bpe.token_to_id(left), right_id = bpe.token_to_id(right);
     const auto new_id = bpe.token_to_id(left + right);
-    FP4_CHECK(left_id && right_id, "{}: merge of '{}' and '{}' names a token that is not in the vocab",
-              merge_at.where(), left, right);
-    FP4_CHECK(new_id.has_value(), "{}: merge of '{}' and '{}' makes '{}', which is not in the vocab",
-              merge_at.where(), left, right, left + right);
+    FP4_CHECK(left_id && right_id,
+              "{}: merge of '{}' and '{}' names a token that is not in the vocab", merge_at.where(),
+              left, right);
+    FP4_CHECK(new_id.has_value(),
+              "{}: merge of '{}' and '{}' makes '{}', which is not in the vocab", merge_at.where(),
+              left, right, left + right);
     // A repeated pair takes its last rank, as in Hugging Face.
     bpe.merges_[pair_key(*left_id, *right_id)] = {static_cast<int32_t>(rank), *new_id};
   }

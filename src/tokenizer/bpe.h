@@ -38,13 +38,14 @@ class BpeModel {
     int32_t new_id;
   };
   static uint64_t pair_key(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
+           static_cast<uint32_t>(right);
   }
   const Merge* find_merge(int32_t left, int32_t right) const;
 
   TokenMap vocab_;
   std::vector<std::string> id_to_token_;
-  std::vector<uint8_t> has_id_;  // ids may have gaps
+  std::vector<uint8_t> has_id_;    // ids may have gaps
   std::vector<int32_t> byte_ids_;  // <0x00>..<0xFF>, -1 where absent; empty without byte fallback
   std::unordered_map<uint64_t, Merge> merges_;
   std::string unk_token_;  // empty: no unknown token

@@ -39,17 +39,6 @@ int fallback_byte(std::string_view token) {
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
-std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
-  std::string out;
-  size_t pos = 0;
-  for (size_t hit; (hit = text.find(from, pos)) != std::string_view::npos; pos = hit + from.size()) {
-    out.append(text.substr(pos, hit - pos));
-    out.append(to);
-  }
-  out.append(text.substr(pos));
-  return out;
-}
-
 }  // namespace
 
 Decoder Decoder::from_json(const Json& decoder, const JsonAt& at) {
@@ -67,7 +56,8 @@ void Decoder::add(const Json& decoder, const JsonAt& at) {
   // After Fuse or ByteLevel the text is one string, which a stream decodes in windows; a
   // pattern of several characters could straddle two windows.
   bool fused = false;
-  for (const Step& step : steps_) fused = fused || step.kind == Step::Kind::kFuse || step.kind == Step::Kind::kByteLevel;
+  for (const Step& step : steps_)
+    fused = fused || step.kind == Step::Kind::kFuse || step.kind == Step::Kind::kByteLevel;
   Step step;
   if (type == "Sequence") {
     const Json& list = detail::field(decoder, "decoders", at);
@@ -76,11 +66,13 @@ void Decoder::add(const Json& decoder, const JsonAt& at) {
     return;
   } else if (type == "Replace") {
     const detail::Pattern pattern = detail::pattern_field(decoder, at);
-    FP4_CHECK(!pattern.is_regex, "{}: the Replace decoder with a regex pattern ('{}') is not supported",
-              at.where(), pattern.text);
+    FP4_CHECK(!pattern.is_regex,
+              "{}: the Replace decoder with a regex pattern ('{}') is not supported", at.where(),
+              pattern.text);
     FP4_CHECK(!pattern.text.empty(), "{}: the Replace pattern is empty", at.where());
     FP4_CHECK(!fused || char_count(pattern.text) == 1,
-              "{}: a Replace decoder of more than one character ('{}') after Fuse or ByteLevel is not supported",
+              "{}: a Replace decoder of more than one character ('{}') after Fuse or ByteLevel is "
+              "not supported",
               at.where(), pattern.text);
     step = {Step::Kind::kReplace, pattern.text, detail::string_field(decoder, "content", at)};
   } else if (type == "ByteFallback") {
@@ -90,10 +82,12 @@ void Decoder::add(const Json& decoder, const JsonAt& at) {
   } else if (type == "Strip") {
     step.kind = Step::Kind::kStrip;
     const std::string content = detail::string_field(decoder, "content", at);
-    FP4_CHECK(char_count(content) == 1, "{}: expected one character, found '{}'", (at / "content").where(), content);
+    FP4_CHECK(char_count(content) == 1, "{}: expected one character, found '{}'",
+              (at / "content").where(), content);
     size_t pos = 0;
     step.strip_char = next_char(content, pos);
-    const int64_t start = detail::int_field(decoder, "start", at), stop = detail::int_field(decoder, "stop", at);
+    const int64_t start = detail::int_field(decoder, "start", at),
+                  stop = detail::int_field(decoder, "stop", at);
     FP4_CHECK(start >= 0 && stop >= 0, "{}: start and stop must be non-negative", at.where());
     step.strip_start = static_cast<size_t>(start);
     step.strip_stop = static_cast<size_t>(stop);
@@ -105,10 +99,13 @@ void Decoder::add(const Json& decoder, const JsonAt& at) {
     FP4_CHECK(char_count(step.pattern) == 1, "{}: expected one character, found '{}'",
               (at / "replacement").where(), step.pattern);
     const bool prefix = detail::bool_or(decoder, "add_prefix_space", true, at);
-    step.prepend = detail::string_or(decoder, "prepend_scheme", prefix ? "always" : "never", at) != "never";
+    step.prepend =
+        detail::string_or(decoder, "prepend_scheme", prefix ? "always" : "never", at) != "never";
   } else {
-    fail("{}: the decoder '{}' is not supported (supported: Sequence, Replace, ByteFallback, Fuse, "
-         "Strip, ByteLevel, Metaspace)", at.where(), type);
+    fail(
+        "{}: the decoder '{}' is not supported (supported: Sequence, Replace, ByteFallback, Fuse, "
+        "Strip, ByteLevel, Metaspace)",
+        at.where(), type);
   }
   steps_.push_back(std::move(step));
 }
@@ -169,12 +166,17 @@ DecodeResult Decoder::decode(std::vector<std::string> tokens, const DecodeWindow
           starts.push_back(token.size());
           size_t first = 0, last = chars.size();
           if (!fused || window.text_start) {
-            while (first < step.strip_start && first < chars.size() && chars[first] == step.strip_char) ++first;
+            while (first < step.strip_start && first < chars.size() &&
+                   chars[first] == step.strip_char)
+              ++first;
             // Only strip characters so far: the next window continues the leading strip.
-            if (fused && !window.text_end && first == chars.size() && first < step.strip_start) result.complete = false;
+            if (fused && !window.text_end && first == chars.size() && first < step.strip_start)
+              result.complete = false;
           }
           if (!fused || window.text_end) {
-            while (chars.size() - last < step.strip_stop && last > first && chars[last - 1] == step.strip_char) --last;
+            while (chars.size() - last < step.strip_stop && last > first &&
+                   chars[last - 1] == step.strip_char)
+              --last;
           } else if (step.strip_stop > 0 && !chars.empty() && chars.back() == step.strip_char) {
             result.complete = false;  // may turn out to be trailing
           }

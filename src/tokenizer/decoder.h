@@ -36,12 +36,12 @@ class Decoder {
  private:
   struct Step {
     enum class Kind { kReplace, kByteFallback, kFuse, kStrip, kByteLevel, kMetaspace } kind;
-    std::string pattern;       // Replace: what is replaced; Metaspace: the replacement character
-    std::string content;       // Replace: what replaces it
-    char32_t strip_char = 0;   // Strip
-    size_t strip_start = 0;    // Strip: at most this many leading strip_char removed
-    size_t strip_stop = 0;     // ... and this many trailing
-    bool prepend = true;       // Metaspace: prepend_scheme is not "never"
+    std::string pattern;      // Replace: what is replaced; Metaspace: the replacement character
+    std::string content;      // Replace: what replaces it
+    char32_t strip_char = 0;  // Strip
+    size_t strip_start = 0;   // Strip: at most this many leading strip_char removed
+    size_t strip_stop = 0;    // ... and this many trailing
+    bool prepend = true;      // Metaspace: prepend_scheme is not "never"
   };
   void add(const detail::Json& decoder, const detail::JsonAt& at);
 

@@ -11,7 +11,8 @@ std::string IncrementalDetokenizer::push(int32_t id) {
   const std::string* token = tokenizer_.decode_piece(id, skip_special_tokens_);
   if (token == nullptr) return {};
   window_.push_back(*token);
-  const DecodeWindow where{.first_token = !committed_, .text_start = !committed_, .text_end = false};
+  const DecodeWindow where{
+      .first_token = !committed_, .text_start = !committed_, .text_end = false};
   DecodeResult result = tokenizer_.decoder().decode(window_, where);
   if (!result.complete) return {};
   window_.clear();

@@ -2,9 +2,8 @@
 // and the field's path ("tokenizer.json: model.merges[12]: expected ...").
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -51,7 +50,8 @@ inline std::string string_or(const Json& object, std::string_view key, std::stri
 inline bool bool_or(const Json& object, std::string_view key, bool fallback, const JsonAt& at) {
   if (!has_value(object, key)) return fallback;
   const Json& value = object.at(key);
-  FP4_CHECK(value.is_boolean(), "{}: expected true or false, found {}", (at / key).where(), value.dump());
+  FP4_CHECK(value.is_boolean(), "{}: expected true or false, found {}", (at / key).where(),
+            value.dump());
   return value.get<bool>();
 }
 
@@ -64,10 +64,10 @@ inline int64_t int_field(const Json& object, std::string_view key, const JsonAt&
 
 // A token id: an integer in [0, 2^31).
 inline int32_t id_value(const Json& value, const JsonAt& at) {
-  FP4_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 &&
-                value.get<int64_t>() <= INT32_MAX,
-            "{}: expected a token id (a non-negative 32-bit integer), found {}", at.where(),
-            value.dump());
+  FP4_CHECK(
+      value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() <= INT32_MAX,
+      "{}: expected a token id (a non-negative 32-bit integer), found {}", at.where(),
+      value.dump());
   return static_cast<int32_t>(value.get<int64_t>());
 }
 

@@ -69,19 +69,20 @@ const ByteLevelTables& byte_level_tables() {
   return tables;
 }
 
+}  // namespace
+
 std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
   std::string out;
   out.reserve(text.size());
   size_t pos = 0;
-  for (size_t hit; (hit = text.find(from, pos)) != std::string_view::npos; pos = hit + from.size()) {
+  for (size_t hit; (hit = text.find(from, pos)) != std::string_view::npos;
+       pos = hit + from.size()) {
     out.append(text.substr(pos, hit - pos));
     out.append(to);
   }
   out.append(text.substr(pos));
   return out;
 }
-
-}  // namespace
 
 void split_gpt2(std::string_view text, std::vector<std::string_view>& pieces) {
   std::vector<char32_t> cps;
@@ -123,10 +124,12 @@ void Normalizer::add(const Json& normalizer, const JsonAt& at) {
     steps_.push_back({Step::Kind::kPrepend, detail::string_field(normalizer, "prepend", at), {}});
   } else if (type == "Replace") {
     const detail::Pattern pattern = detail::pattern_field(normalizer, at);
-    FP4_CHECK(!pattern.is_regex, "{}: the Replace normalizer with a regex pattern ('{}') is not supported",
-              at.where(), pattern.text);
+    FP4_CHECK(!pattern.is_regex,
+              "{}: the Replace normalizer with a regex pattern ('{}') is not supported", at.where(),
+              pattern.text);
     FP4_CHECK(!pattern.text.empty(), "{}: the Replace pattern is empty", at.where());
-    steps_.push_back({Step::Kind::kReplace, pattern.text, detail::string_field(normalizer, "content", at)});
+    steps_.push_back(
+        {Step::Kind::kReplace, pattern.text, detail::string_field(normalizer, "content", at)});
   } else {
     fail("{}: the normalizer '{}' is not supported (supported: Sequence, Prepend, Replace)",
          at.where(), type);
@@ -170,7 +173,8 @@ void PreTokenizer::add(const Json& pre_tokenizer, const JsonAt& at) {
     step.split = detail::bool_or(pre_tokenizer, "split", true, at);
     // Files written before prepend_scheme existed say add_prefix_space instead.
     const bool prefix = detail::bool_or(pre_tokenizer, "add_prefix_space", true, at);
-    const std::string scheme = detail::string_or(pre_tokenizer, "prepend_scheme", prefix ? "always" : "never", at);
+    const std::string scheme =
+        detail::string_or(pre_tokenizer, "prepend_scheme", prefix ? "always" : "never", at);
     if (scheme == "always") {
       step.prepend_scheme = PrependScheme::kAlways;
     } else if (scheme == "first") {
@@ -178,13 +182,15 @@ void PreTokenizer::add(const Json& pre_tokenizer, const JsonAt& at) {
     } else if (scheme == "never") {
       step.prepend_scheme = PrependScheme::kNever;
     } else {
-      fail("{}: prepend_scheme '{}' is not one of always, first, never", (at / "prepend_scheme").where(), scheme);
+      fail("{}: prepend_scheme '{}' is not one of always, first, never",
+           (at / "prepend_scheme").where(), scheme);
     }
   } else if (type == "Split") {
     const detail::Pattern pattern = detail::pattern_field(pre_tokenizer, at);
-    FP4_CHECK(pattern.is_regex && pattern.text == kGpt2Pattern,
-              "{}: the Split pre-tokenizer pattern '{}' is not supported (only the GPT-2 regex {} is)",
-              at.where(), pattern.text, kGpt2Pattern);
+    FP4_CHECK(
+        pattern.is_regex && pattern.text == kGpt2Pattern,
+        "{}: the Split pre-tokenizer pattern '{}' is not supported (only the GPT-2 regex {} is)",
+        at.where(), pattern.text, kGpt2Pattern);
     const std::string behavior = detail::string_or(pre_tokenizer, "behavior", "Isolated", at);
     FP4_CHECK(behavior == "Isolated", "{}: Split behavior '{}' is not supported (only Isolated is)",
               at.where(), behavior);
@@ -192,8 +198,10 @@ void PreTokenizer::add(const Json& pre_tokenizer, const JsonAt& at) {
               "{}: Split with invert=true is not supported", at.where());
     step.kind = Step::Kind::kGpt2Split;
   } else {
-    fail("{}: the pre-tokenizer '{}' is not supported (supported: Sequence, ByteLevel, Metaspace, Split)",
-         at.where(), type);
+    fail(
+        "{}: the pre-tokenizer '{}' is not supported (supported: Sequence, ByteLevel, Metaspace, "
+        "Split)",
+        at.where(), type);
   }
   steps_.push_back(std::move(step));
 }
@@ -236,7 +244,8 @@ void PreTokenizer::apply(const Step& step, const Piece& piece, std::vector<Piece
     case Step::Kind::kGpt2Split: {
       std::vector<std::string_view> parts;
       split_gpt2(piece.text, parts);
-      for (size_t i = 0; i < parts.size(); ++i) emit(std::string(parts[i]), piece.at_origin && i == 0);
+      for (size_t i = 0; i < parts.size(); ++i)
+        emit(std::string(parts[i]), piece.at_origin && i == 0);
       return;
     }
     case Step::Kind::kMetaspace: {

@@ -26,6 +26,9 @@ void split_gpt2(std::string_view text, std::vector<std::string_view>& pieces);
 std::string_view byte_level_char(uint8_t byte);
 int byte_level_byte(char32_t cp);
 
+// Every non-overlapping occurrence of `from` (non-empty), left to right, replaced by `to`.
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to);
+
 // A stretch of text on its way to the model. at_origin: it begins at byte 0 of the input, which
 // Metaspace's "first" prepend scheme asks about.
 struct Piece {
@@ -65,7 +68,7 @@ class PreTokenizer {
     bool use_regex = true;          // ByteLevel
     std::string replacement;        // Metaspace
     PrependScheme prepend_scheme = PrependScheme::kAlways;
-    bool split = true;              // Metaspace
+    bool split = true;  // Metaspace
   };
   void add(const detail::Json& pre_tokenizer, const detail::JsonAt& at);
   static void apply(const Step& step, const Piece& piece, std::vector<Piece>& out);

@@ -62,7 +62,8 @@ std::string read_file(const std::filesystem::path& path) {
   return text.str();
 }
 
-std::vector<AddedToken> parse_added_tokens(const Json& root, const BpeModel& model, const JsonAt& at) {
+std::vector<AddedToken> parse_added_tokens(const Json& root, const BpeModel& model,
+                                           const JsonAt& at) {
   std::vector<AddedToken> tokens;
   if (!detail::has_value(root, "added_tokens")) return tokens;
   const Json& list = root.at("added_tokens");
@@ -74,7 +75,8 @@ std::vector<AddedToken> parse_added_tokens(const Json& root, const BpeModel& mod
     token.content = detail::string_field(entry, "content", token_at);
     // Hugging Face gives a token that the model's vocab already holds the model's id.
     const auto model_id = model.token_to_id(token.content);
-    token.id = model_id ? *model_id : detail::id_value(detail::field(entry, "id", token_at), token_at / "id");
+    token.id = model_id ? *model_id
+                        : detail::id_value(detail::field(entry, "id", token_at), token_at / "id");
     token.single_word = detail::bool_or(entry, "single_word", false, token_at);
     token.lstrip = detail::bool_or(entry, "lstrip", false, token_at);
     token.rstrip = detail::bool_or(entry, "rstrip", false, token_at);
@@ -91,7 +93,8 @@ void parse_post_processor(const Json& processor, const JsonAt& at, std::vector<T
   if (type == "Sequence") {
     const Json& list = detail::field(processor, "processors", at);
     FP4_CHECK(list.is_array(), "{}: expected a list", (at / "processors").where());
-    for (size_t i = 0; i < list.size(); ++i) parse_post_processor(list[i], (at / "processors")[i], out);
+    for (size_t i = 0; i < list.size(); ++i)
+      parse_post_processor(list[i], (at / "processors")[i], out);
   } else if (type == "ByteLevel") {
     // It only adjusts offsets; the ids are untouched.
   } else if (type == "TemplateProcessing") {
@@ -108,16 +111,20 @@ void parse_post_processor(const Json& processor, const JsonAt& at, std::vector<T
       const Json& special = detail::field(single[i], "SpecialToken", item_at);
       const std::string name = detail::string_field(special, "id", item_at / "SpecialToken");
       const JsonAt special_at = at / "special_tokens" / name;
-      const Json& ids = detail::field(detail::field(specials, name, at / "special_tokens"), "ids", special_at);
+      const Json& ids =
+          detail::field(detail::field(specials, name, at / "special_tokens"), "ids", special_at);
       FP4_CHECK(ids.is_array(), "{}: expected a list of ids", (special_at / "ids").where());
       TemplateItem item;
-      for (size_t k = 0; k < ids.size(); ++k) item.ids.push_back(detail::id_value(ids[k], (special_at / "ids")[k]));
+      for (size_t k = 0; k < ids.size(); ++k)
+        item.ids.push_back(detail::id_value(ids[k], (special_at / "ids")[k]));
       pieces.push_back(std::move(item));
     }
     out.push_back(std::move(pieces));
   } else {
-    fail("{}: the post-processor '{}' is not supported (supported: TemplateProcessing, ByteLevel, Sequence)",
-         at.where(), type);
+    fail(
+        "{}: the post-processor '{}' is not supported (supported: TemplateProcessing, ByteLevel, "
+        "Sequence)",
+        at.where(), type);
   }
 }
 
@@ -131,7 +138,8 @@ int32_t config_token_id(const Json& config, std::string_view key, const Tokenize
   const auto it = data.added_by_content.find(content);
   if (it != data.added_by_content.end()) return it->second;
   const auto id = data.model.token_to_id(content);
-  FP4_CHECK(id.has_value(), "{}: {} '{}' is not a token of the tokenizer", (at / key).where(), key, content);
+  FP4_CHECK(id.has_value(), "{}: {} '{}' is not a token of the tokenizer", (at / key).where(), key,
+            content);
   return *id;
 }
 
@@ -141,7 +149,8 @@ Tokenizer::Tokenizer(std::shared_ptr<const TokenizerData> data) : data_(std::mov
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json) {
   const std::filesystem::path config_path = tokenizer_json.parent_path() / "tokenizer_config.json";
-  const std::string config = std::filesystem::exists(config_path) ? read_file(config_path) : std::string();
+  const std::string config =
+      std::filesystem::exists(config_path) ? read_file(config_path) : std::string();
   return from_json(read_file(tokenizer_json), config, tokenizer_json.string());
 }
 
@@ -151,15 +160,18 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   const Json root = parse_json(tokenizer_json, at.file);
   auto data = std::make_shared<TokenizerData>();
   data->normalizer = Normalizer::from_json(root.value("normalizer", Json()), at / "normalizer");
-  data->pre_tokenizer = PreTokenizer::from_json(root.value("pre_tokenizer", Json()), at / "pre_tokenizer");
+  data->pre_tokenizer =
+      PreTokenizer::from_json(root.value("pre_tokenizer", Json()), at / "pre_tokenizer");
   data->model = BpeModel::from_json(detail::field(root, "model", at), at / "model");
   data->decoder = Decoder::from_json(root.value("decoder", Json()), at / "decoder");
-  parse_post_processor(root.value("post_processor", Json()), at / "post_processor", data->post_processor);
+  parse_post_processor(root.value("post_processor", Json()), at / "post_processor",
+                       data->post_processor);
   data->added = AddedVocabulary(parse_added_tokens(root, data->model, at), data->normalizer);
 
   int32_t max_id = data->model.max_id();
   for (const AddedToken& token : data->added.tokens()) {
-    data->added_text[token.id] = token.normalized ? data->normalizer.apply(token.content) : token.content;
+    data->added_text[token.id] =
+        token.normalized ? data->normalizer.apply(token.content) : token.content;
     data->added_by_content.emplace(token.content, token.id);
     if (token.special) data->special_contents.insert(token.content);
     max_id = std::max(max_id, token.id);
@@ -190,8 +202,8 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   const size_t invalid = find_invalid_utf8(text);
-  FP4_CHECK(invalid == std::string_view::npos, "tokenizer input: not valid UTF-8 (at byte {} of {})",
-            invalid, text.size());
+  FP4_CHECK(invalid == std::string_view::npos,
+            "tokenizer input: not valid UTF-8 (at byte {} of {})", invalid, text.size());
   const TokenizerData& d = *data_;
   std::vector<int32_t> ids;
   std::vector<Piece> words;
@@ -229,7 +241,8 @@ const std::string* Tokenizer::decode_piece(int32_t id, bool skip_special_tokens)
   const TokenizerData& d = *data_;
   const auto it = d.added_text.find(id);
   const std::string* token = it != d.added_text.end() ? &it->second : d.model.id_to_token(id);
-  if (token != nullptr && skip_special_tokens && d.special_contents.contains(*token)) return nullptr;
+  if (token != nullptr && skip_special_tokens && d.special_contents.contains(*token))
+    return nullptr;
   return token;
 }
 

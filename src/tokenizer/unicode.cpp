@@ -15,8 +15,9 @@ struct CodepointRange {
 
 template <size_t N>
 bool in_ranges(const CodepointRange (&table)[N], char32_t cp) {
-  const CodepointRange* it = std::upper_bound(std::begin(table), std::end(table), cp,
-                                              [](char32_t c, const CodepointRange& r) { return c < r.lo; });
+  const CodepointRange* it =
+      std::upper_bound(std::begin(table), std::end(table), cp,
+                       [](char32_t c, const CodepointRange& r) { return c < r.lo; });
   return it != std::begin(table) && cp <= std::prev(it)->hi;
 }
 

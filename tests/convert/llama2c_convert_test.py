@@ -138,10 +138,12 @@ def check_model(checkpoint, out, label, tokens):
     got = load_file(str(out / "model.safetensors"))
     want = expected_tensors(h, shared, arrays)
     check(sorted(got) == sorted(want), f"{label}: tensor names {sorted(set(got) ^ set(want))} differ")
+    equal = 0
     for name in sorted(set(got) & set(want)):
         g, e = got[name], np.ascontiguousarray(want[name])
         same = g.dtype == np.float32 and g.shape == e.shape and np.array_equal(g.view(np.uint32), e.view(np.uint32))
         check(same, f"{label}: {name} {g.dtype}{list(g.shape)} is not bit-equal to the llama2.c array")
+        equal += same
     cfg = json.loads((out / "config.json").read_text())
     hd = h["dim"] // h["n_heads"]
     expect_cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -170,7 +172,7 @@ def check_model(checkpoint, out, label, tokens):
     control = np.abs(hf_logits(unpermuted, cfg, tokens) - ref).max() / scale
     check(control > 1e-4, f"{label}: unpermuted weights differ only by {control:.2e}: the RoPE "
                           "check cannot tell the pairings apart")
-    print(f"{label}: {len(got)} tensors bit-equal; logits vs llama2.c {err:.1e} "
+    print(f"{label}: {equal}/{len(want)} tensors bit-equal; logits vs llama2.c {err:.1e} "
           f"(unpermuted control {control:.1e})")
 
 

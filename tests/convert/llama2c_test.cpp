@@ -146,6 +146,8 @@ TEST_F(Llama2cTest, RefusesHeadersWithNonPositiveOrInconsistentDims) {
   refuse({66, 172, 5, 8, 4, 512, 512}, {"dim 66", "n_heads 8"});
   refuse({64, 172, 5, 8, 3, 512, 512}, {"n_heads 8", "n_kv_heads 3"});
   refuse({24, 172, 5, 8, 4, 512, 512}, {"head size", "3", "even"});
+  const int32_t big = 1 << 30;  // n_layers x dim x dim = 2^90 floats in wq
+  refuse({big, big, big, 2, 1, big, big}, {"dim 1073741824", "64-bit count"});
 }
 
 // RoPE on one head: adjacent pairs (2j, 2j+1) or half-split pairs (j, j + hd/2), in double.

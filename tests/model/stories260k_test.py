@@ -6,8 +6,8 @@
 The checkpoint is converted with `fp4serve convert --from-llama2c`, then generated greedily for
 200 tokens from BOS (prompt "1") with --ignore-eos:
   - with --kv-cache-dtype auto the ids must equal the reference's, token for token;
-  - with fp8 and nvfp4 caches, how many of the 200 ids agree and the largest relative logit
-    error are printed (quantized caches change the numbers by design); only sanity is asserted.
+  - with bf16, fp8 and nvfp4 caches, how many of the 200 ids agree and the relative logit
+    errors are printed (quantized caches change the numbers by design); only sanity is asserted.
 Logit errors are measured against the reference teacher-forced on the engine's own ids, so
 they stay meaningful after the ids part ways.
 """
@@ -27,8 +27,11 @@ import engine_runner as engine  # noqa: E402
 import llama2c_reference  # noqa: E402
 
 STEPS = 200
-# A quantized cache whose logits err by as much as the logits themselves has lost the signal.
-SANITY_REL_ERROR = 1.0
+# Sanity for the quantized caches: the median over steps of max|error| / max|logit| stays below
+# half the logits' range while the cache still carries the context (about 0.003 for bf16, 0.06
+# for fp8 and 0.3 for nvfp4 on this model, whose 8-wide heads suit 4-bit blocks badly); a cache
+# that lost the context errs by about the whole range (~1).
+SANITY_MEDIAN_REL_ERROR = 0.5
 
 
 def main():
@@ -51,8 +54,8 @@ def main():
         except engine.EngineError as e:
             print(f"FAIL: {e}")
             return 1
-        print(f"{'kv cache':>9} {'ids agree':>10} {'first diff':>10} {'max rel logit err':>18}")
-        for kv in ("auto", "fp8", "nvfp4"):
+        print(f"{'kv cache':>9} {'ids agree':>10} {'first diff':>10} {'max rel err':>12} {'median rel err':>15}")
+        for kv in ("auto", "bf16", "fp8", "nvfp4"):
             try:
                 ids, logits = engine.generate(binary, model_dir, [llama2c_reference.BOS], STEPS, ref.vocab, tmp, kv)
             except engine.EngineError as e:
@@ -63,16 +66,18 @@ def main():
             diff = np.nonzero(ids != ref_ids)[0]
             first = int(diff[0]) if diff.size else -1
             forced = ref.logits(np.concatenate([[llama2c_reference.BOS], ids[:-1]]))
-            rel = engine.relative_error(logits, forced).max()
-            print(f"{kv:>9} {agree:>7}/{STEPS} {first if first >= 0 else '-':>10} {rel:>18.3e}")
+            rel = engine.relative_error(logits, forced)
+            print(f"{kv:>9} {agree:>7}/{STEPS} {first if first >= 0 else '-':>10} {rel.max():>12.3e} "
+                  f"{np.median(rel):>15.3e}")
             if kv == "auto" and first >= 0:
                 print(f"FAIL: with --kv-cache-dtype auto the ids differ from the reference at step {first}: "
                       f"engine {ids[first]}, reference {ref_ids[first]} (reference top-2 margin there "
-                      f"{margin[first]:.3g}, engine logit error {engine.relative_error(logits, forced)[first]:.3g})")
+                      f"{margin[first]:.3g}, engine relative logit error {rel[first]:.3g})")
                 print("  engine text:", llama2c_reference.decode_all(pieces, ids)[:300].replace("\n", " | "))
                 failures.append(kv)
-            if rel > SANITY_REL_ERROR:
-                print(f"FAIL: --kv-cache-dtype {kv}: relative logit error {rel:.3g} exceeds {SANITY_REL_ERROR}")
+            if np.median(rel) > SANITY_MEDIAN_REL_ERROR:
+                print(f"FAIL: --kv-cache-dtype {kv}: median relative logit error {np.median(rel):.3g} exceeds "
+                      f"{SANITY_MEDIAN_REL_ERROR}")
                 failures.append(kv)
     print("PASS" if not failures else f"FAILED: {', '.join(sorted(set(failures)))}")
     return 1 if failures else 0

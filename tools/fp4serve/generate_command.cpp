@@ -1,15 +1,18 @@
 // `fp4serve generate`: one prompt, offline. stdout gets exactly the generated text (or, with
 // --json, one JSON object); statistics go to stderr so they never mix with the text.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
+#include "tokenizer/incremental_detokenizer.h"
 #include "tools/fp4serve/commands.h"
 
 namespace fp4::cli {
@@ -90,13 +93,28 @@ void run_generate(const GenerateFlags& f) {
   if (f.seed >= 0) req.sampling.seed = static_cast<uint64_t>(f.seed);
   req.ignore_eos = f.ignore_eos;
   req.keep_logits = !f.dump_logits.empty();
-  if (m.tokenizer && m.tokenizer->eos_id() >= 0) req.stop_token_ids.push_back(m.tokenizer->eos_id());
+  // The JSON output reports each sampled token's logprob.
+  if (f.json && req.sampling.logprobs < 0) req.sampling.logprobs = 0;
+  // The tokenizer's EOS ends generation like the config's, unless told to ignore both.
+  if (!f.ignore_eos && m.tokenizer && m.tokenizer->eos_id() >= 0) {
+    req.stop_token_ids.push_back(m.tokenizer->eos_id());
+  }
 
   engine::GeneratorOptions options;
   options.cache = engine::cache_formats(f.kv_cache_dtype, f.index_cache_dtype);
   engine::Generator generator(m, options,
                               static_cast<int64_t>(req.prompt.size()) + req.max_tokens);
-  const engine::GenerateResult r = generator.generate(req);
+  // Plain output streams: each token's text is printed as soon as no later token can change it.
+  std::optional<tokenizer::IncrementalDetokenizer> stream;
+  if (!f.json && m.tokenizer) stream.emplace(*m.tokenizer, /*skip_special_tokens=*/true);
+  const engine::GenerateResult r = generator.generate(req, [&](int32_t id) {
+    if (stream) {
+      fmt::print("{}", stream->push(id));
+      std::fflush(stdout);
+    }
+    return true;
+  });
+  if (stream) fmt::print("{}", stream->finish());
 
   const std::string text =
       m.tokenizer ? m.tokenizer->decode(r.tokens, /*skip_special_tokens=*/true) : std::string();
@@ -123,10 +141,10 @@ void run_generate(const GenerateFlags& f) {
                         {"prefill_tokens_per_s", prefill_tps},
                         {"decode_tokens_per_s", decode_tps}};
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  } else {
-    fmt::print("{}", text);
-    std::fflush(stdout);
+  } else if (!m.tokenizer) {
+    fmt::print("{}", fmt::join(r.tokens, " "));  // no tokenizer.json: the ids are the output
   }
+  std::fflush(stdout);
   fmt::print(stderr,
              "\n[fp4serve] {} prompt + {} generated tokens ({}), kv cache {}, index cache {}, {} "
              "threads | load {:.2f} s | prefill {:.1f} tok/s | decode {:.1f} tok/s\n",

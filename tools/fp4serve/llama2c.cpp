@@ -29,18 +29,18 @@ static_assert(std::endian::native == std::endian::little);
 constexpr uint32_t kVersionedMagic = 0x616b3432;
 constexpr std::string_view kSpaceMarker = "\xe2\x96\x81";  // U+2581, SentencePiece's word boundary
 
-int64_t checked_mul(int64_t a, int64_t b, const std::string& source) {
-  int64_t r = 0;
-  FP4_CHECK(!__builtin_mul_overflow(a, b, &r), "{}: the header's dims imply more floats than a "
-            "64-bit count holds; expected a llama2.c checkpoint header", source);
-  return r;
-}
-
 std::string describe(const Llama2cConfig& c) {
   return fmt::format("dim {}, hidden_dim {}, n_layers {}, n_heads {}, n_kv_heads {}, vocab_size "
                      "{} ({} classifier), seq_len {}", c.dim, c.hidden_dim, c.n_layers, c.n_heads,
                      c.n_kv_heads, c.vocab_size, c.shared_classifier ? "shared" : "separate",
                      c.seq_len);
+}
+
+int64_t checked_mul(int64_t a, int64_t b, const Llama2cConfig& c, const std::string& source) {
+  int64_t r = 0;
+  FP4_CHECK(!__builtin_mul_overflow(a, b, &r), "{}: the header's {} imply more bytes than a "
+            "64-bit count holds; expected a llama2.c checkpoint header", source, describe(c));
+  return r;
 }
 
 Llama2cConfig parse_header(const int32_t (&h)[7], const std::string& path) {
@@ -107,8 +107,7 @@ std::vector<size_t> code_point_starts(std::string_view s) {
 
 }  // namespace
 
-std::vector<Llama2cArray> llama2c_layout(const Llama2cConfig& c) {
-  const std::string src = "llama2.c header (" + describe(c) + ")";
+std::vector<Llama2cArray> llama2c_layout(const Llama2cConfig& c, const std::string& source) {
   const int64_t L = c.n_layers, d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, v = c.vocab_size;
   std::vector<std::pair<const char*, std::vector<int64_t>>> arrays = {
       {"token_embedding_table", {v, d}}, {"rms_att_weight", {L, d}}, {"wq", {L, d, d}},
@@ -122,10 +121,10 @@ std::vector<Llama2cArray> llama2c_layout(const Llama2cConfig& c) {
   int64_t offset = 0;
   for (auto& [name, shape] : arrays) {
     int64_t count = 1;
-    for (int64_t dim : shape) count = checked_mul(count, dim, src);
+    for (int64_t dim : shape) count = checked_mul(count, dim, c, source);
     out.push_back({name, shape, offset, count});
-    FP4_CHECK(!__builtin_add_overflow(offset, count, &offset), "{}: the arrays hold more floats "
-              "than a 64-bit count holds", src);
+    FP4_CHECK(!__builtin_add_overflow(offset, count, &offset), "{}: the header's {} imply more "
+              "floats than a 64-bit count holds", source, describe(c));
   }
   return out;
 }
@@ -144,9 +143,9 @@ Llama2cCheckpoint read_llama2c_checkpoint(const std::string& path) {
   FP4_CHECK(in.gcount() == kLlama2cHeaderBytes, "{}: could not read the 28-byte header", path);
   Llama2cCheckpoint ck{path, parse_header(header, path), {}};
 
-  const std::vector<Llama2cArray> layout = llama2c_layout(ck.config);
+  const std::vector<Llama2cArray> layout = llama2c_layout(ck.config, path);
   const int64_t floats = layout.back().offset + layout.back().count;
-  const int64_t expected = kLlama2cHeaderBytes + checked_mul(floats, 4, path);
+  const int64_t expected = kLlama2cHeaderBytes + checked_mul(floats, 4, ck.config, path);
   if (size < expected) {
     const int64_t have = (size - kLlama2cHeaderBytes) / 4;
     const auto cut = std::find_if(layout.begin(), layout.end(),
@@ -223,11 +222,15 @@ std::vector<float> permute_rope_rows(std::span<const float> w, int64_t n_heads, 
 
 HfWeights hf_llama_weights(Llama2cCheckpoint checkpoint) {
   const Llama2cConfig& c = checkpoint.config;
-  const std::vector<Llama2cArray> layout = llama2c_layout(c);
+  const std::vector<Llama2cArray> layout = llama2c_layout(c, checkpoint.path);
   auto array = [&](std::string_view name) -> const Llama2cArray& {
     return *std::find_if(layout.begin(), layout.end(),
                          [&](const Llama2cArray& a) { return a.name == name; });
   };
+  if (static_cast<int64_t>(checkpoint.floats.size()) != layout.back().offset + layout.back().count) {
+    fail_internal("{}: {} floats in memory, the header implies {}", checkpoint.path,
+                  checkpoint.floats.size(), layout.back().offset + layout.back().count);
+  }
   HfWeights w;
   w.floats = std::move(checkpoint.floats);
   auto add = [&](std::string name, const Llama2cArray& a) {
@@ -265,25 +268,15 @@ HfWeights hf_llama_weights(Llama2cCheckpoint checkpoint) {
 }
 
 ordered_json hf_llama_config(const Llama2cConfig& c) {
-  return {{"architectures", ordered_json::array({"LlamaForCausalLM"})},
-          {"model_type", "llama"},
-          {"hidden_size", c.dim},
-          {"intermediate_size", c.hidden_dim},
-          {"num_hidden_layers", c.n_layers},
-          {"num_attention_heads", c.n_heads},
-          {"num_key_value_heads", c.n_kv_heads},
-          {"head_dim", c.head_dim()},
-          {"vocab_size", c.vocab_size},
-          {"max_position_embeddings", c.seq_len},
-          {"rms_norm_eps", 1e-5},
-          {"rope_theta", 10000.0},
-          {"hidden_act", "silu"},
-          {"attention_bias", false},
-          {"mlp_bias", false},
-          {"tie_word_embeddings", c.shared_classifier},
-          {"bos_token_id", 1},
-          {"eos_token_id", 2},
-          {"torch_dtype", "float32"}};
+  return {{"architectures", ordered_json::array({"LlamaForCausalLM"})}, {"model_type", "llama"},
+          {"hidden_size", c.dim}, {"intermediate_size", c.hidden_dim},
+          {"num_hidden_layers", c.n_layers}, {"num_attention_heads", c.n_heads},
+          {"num_key_value_heads", c.n_kv_heads}, {"head_dim", c.head_dim()},
+          {"vocab_size", c.vocab_size}, {"max_position_embeddings", c.seq_len},
+          {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0}, {"hidden_act", "silu"},
+          {"attention_bias", false}, {"mlp_bias", false},
+          {"tie_word_embeddings", c.shared_classifier}, {"bos_token_id", 1},
+          {"eos_token_id", 2}, {"torch_dtype", "float32"}};
 }
 
 ordered_json hf_generation_config() { return {{"bos_token_id", 1}, {"eos_token_id", 2}}; }
@@ -316,13 +309,7 @@ std::vector<std::string> hf_pieces(const Llama2cTokenizer& t) {
     if (id < 3) {
       piece = kNamed[id];
     } else {
-      for (char ch : p) {
-        if (ch == ' ') {
-          piece.append(kSpaceMarker);
-        } else {
-          piece.push_back(ch);
-        }
-      }
+      for (const char& ch : p) piece += ch == ' ' ? kSpaceMarker : std::string_view(&ch, 1);
     }
     const auto [it, fresh] = seen.emplace(piece, id);
     FP4_CHECK(fresh, "{}: tokens {} and {} are both {}; expected distinct pieces", t.path,
@@ -407,16 +394,10 @@ ordered_json hf_tokenizer_json(const Llama2cTokenizer& t) {
                                         {{"type", "Fuse"}},
                                         {{"type", "Strip"}, {"content", " "}, {"start", 1},
                                          {"stop", 0}}})}};
-  tok["model"] = {{"type", "BPE"},
-                  {"dropout", nullptr},
-                  {"unk_token", "<unk>"},
-                  {"continuing_subword_prefix", nullptr},
-                  {"end_of_word_suffix", nullptr},
-                  {"fuse_unk", true},
-                  {"byte_fallback", true},
-                  {"ignore_merges", false},
-                  {"vocab", vocab},
-                  {"merges", merges}};
+  tok["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", "<unk>"},
+                  {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
+                  {"fuse_unk", true}, {"byte_fallback", true}, {"ignore_merges", false},
+                  {"vocab", vocab}, {"merges", merges}};
   return tok;
 }
 

@@ -33,8 +33,10 @@ struct Llama2cArray {
   int64_t count = 0;
 };
 
-// The arrays in file order, as the header's dims imply them.
-std::vector<Llama2cArray> llama2c_layout(const Llama2cConfig& config);
+// The arrays in file order, as the header's dims imply them. Throws fp4::Error naming
+// `source` when the dims imply more than an int64 count.
+std::vector<Llama2cArray> llama2c_layout(const Llama2cConfig& config,
+                                         const std::string& source = "llama2.c header");
 
 struct Llama2cCheckpoint {
   std::string path;

@@ -51,15 +51,15 @@ struct ReferenceDistribution {
   // A top-p or min-p comparison fell so close to its threshold that the reference and the
   // sampler may legitimately decide differently (distances in units of the best token's
   // weight, 1). Min-p compares single weights, each off from exp by under 1.011 * 2^-40
-  // (weights.h): margin 1e-11. Top-p compares sums: the sampler's are off from exact by under
-  // n * 1.011 * 2^-40, the reference's double sums by under n * 2^-53 * W; for the rows of
-  // these tests, n <= 200064 and W <= n: 1.9e-7 + 4.5e-6, margin 1e-5.
+  // (weights.h): margin 1e-11. Top-p compares running sums of n weights and a target p * W:
+  // the sampler's are off from exact by under n * 1.011 * 2^-40, the reference's double sums
+  // by under (n + 1) * 2^-53 * W; the margin is twice their sum.
   bool near_threshold = false;
 };
 
 inline ReferenceDistribution reference_distribution(std::span<const float> logits, const SamplingParams& p,
                                                     const History& h) {
-  constexpr double kTopPMargin = 1e-5, kMinPMargin = 1e-11;
+  constexpr double kMinPMargin = 1e-11;
   const std::vector<float> l = reference_penalties(logits, p, h);
   const size_t n = l.size();
   ReferenceDistribution ref;
@@ -87,6 +87,8 @@ inline ReferenceDistribution reference_distribution(std::span<const float> logit
     }
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
     const double target = static_cast<double>(p.top_p) * total;
+    const double count = static_cast<double>(order.size());
+    const double margin = 2.0 * (count * 1.011 * 0x1p-40 + (count + 1.0) * 0x1p-53 * total);
     double cum = 0.0;
     bool done = false;
     for (size_t i : order) {
@@ -95,7 +97,7 @@ inline ReferenceDistribution reference_distribution(std::span<const float> logit
         continue;
       }
       cum += e[i];
-      ref.near_threshold |= std::abs(cum - target) <= kTopPMargin;
+      ref.near_threshold |= std::abs(cum - target) <= margin;
       done = cum >= target;
     }
   }

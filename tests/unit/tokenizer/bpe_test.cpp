@@ -1,5 +1,7 @@
 // The BPE model: merge order, byte fallback and unknown tokens, against hand-derived ids and
 // against a slow reference that re-scans the word for its best pair after every merge.
+#include "tokenizer/bpe.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include "tests/support/expect_error.h"
 #include "tests/support/random.h"
 #include "tests/unit/tokenizer/test_tokenizers.h"
-#include "tokenizer/bpe.h"
 
 namespace fp4::tokenizer {
 namespace {
@@ -22,7 +23,9 @@ json vocab_of(const std::vector<std::string>& tokens) {
   return vocab;
 }
 
-BpeModel model(const json& config) { return BpeModel::from_json(config, {"test/tokenizer.json", "model"}); }
+BpeModel model(const json& config) {
+  return BpeModel::from_json(config, {"test/tokenizer.json", "model"});
+}
 
 std::vector<int32_t> tokenize(const BpeModel& bpe, std::string_view word) {
   std::vector<int32_t> ids;
@@ -37,9 +40,11 @@ std::vector<int32_t> ids_of(const BpeModel& bpe, const std::vector<std::string>&
 }
 
 TEST(Bpe, LowestRankMergesFirst) {
-  const BpeModel bc_first = model(testing::bpe_model(vocab_of({"a", "b", "c"}), {{"b", "c"}, {"a", "b"}}));
+  const BpeModel bc_first =
+      model(testing::bpe_model(vocab_of({"a", "b", "c"}), {{"b", "c"}, {"a", "b"}}));
   EXPECT_EQ(tokenize(bc_first, "abc"), ids_of(bc_first, {"a", "bc"}));
-  const BpeModel ab_first = model(testing::bpe_model(vocab_of({"a", "b", "c"}), {{"a", "b"}, {"b", "c"}}));
+  const BpeModel ab_first =
+      model(testing::bpe_model(vocab_of({"a", "b", "c"}), {{"a", "b"}, {"b", "c"}}));
   EXPECT_EQ(tokenize(ab_first, "abc"), ids_of(ab_first, {"ab", "c"}));
 }
 
@@ -82,17 +87,20 @@ TEST(Bpe, MergesAsStringsOrPairs) {
 
   json bad = pairs;
   bad["merges"] = json::array({"x y z"});
-  fp4::testing::expect_error([&] { model(bad); }, {"test/tokenizer.json", "model.merges[0]", "one space"});
+  fp4::testing::expect_error([&] { model(bad); },
+                             {"test/tokenizer.json", "model.merges[0]", "one space"});
   bad["merges"] = json::array({json::array({"x", "q"})});
   fp4::testing::expect_error([&] { model(bad); }, {"model.merges[0]", "'q'", "not in the vocab"});
   bad = testing::bpe_model(vocab_of({"x", "y"}), {});
   bad["merges"] = json::array({json::array({"x", "y"})});  // "xy" is missing from the vocab
   fp4::testing::expect_error([&] { model(bad); }, {"makes 'xy'"});
   bad["type"] = "WordPiece";
-  fp4::testing::expect_error([&] { model(bad); }, {"test/tokenizer.json", "model", "'WordPiece'", "not supported"});
+  fp4::testing::expect_error([&] { model(bad); },
+                             {"test/tokenizer.json", "model", "'WordPiece'", "not supported"});
 }
 
-// The textbook algorithm: merge the lowest-ranked adjacent pair (leftmost on ties) until none is left.
+// The textbook algorithm: merge the lowest-ranked adjacent pair (leftmost on ties) until none is
+// left.
 std::vector<std::string> reference_bpe(const std::string& word, const MergeList& merges) {
   std::vector<std::string> symbols;
   for (char c : word) symbols.emplace_back(1, c);
@@ -100,7 +108,8 @@ std::vector<std::string> reference_bpe(const std::string& word, const MergeList&
     size_t best = SIZE_MAX, best_rank = SIZE_MAX;
     for (size_t i = 0; i + 1 < symbols.size(); ++i) {
       for (size_t r = 0; r < merges.size() && r < best_rank; ++r) {
-        if (merges[r].first == symbols[i] && merges[r].second == symbols[i + 1]) best = i, best_rank = r;
+        if (merges[r].first == symbols[i] && merges[r].second == symbols[i + 1])
+          best = i, best_rank = r;
       }
     }
     if (best == SIZE_MAX) return symbols;
@@ -120,10 +129,12 @@ TEST(Bpe, AgreesWithTheTextbookAlgorithmOnRandomMerges) {
       const std::string& left = tokens[pick(rng)];
       const std::string& right = tokens[pick(rng)];
       // A repeated pair would take its last rank, which the reference does not model.
-      const bool repeated = std::find(merges.begin(), merges.end(), std::make_pair(left, right)) != merges.end();
+      const bool repeated =
+          std::find(merges.begin(), merges.end(), std::make_pair(left, right)) != merges.end();
       if (left.size() + right.size() > 8 || repeated) continue;
       merges.emplace_back(left, right);
-      if (std::find(tokens.begin(), tokens.end(), left + right) == tokens.end()) tokens.push_back(left + right);
+      if (std::find(tokens.begin(), tokens.end(), left + right) == tokens.end())
+        tokens.push_back(left + right);
     }
     const BpeModel bpe = model(testing::bpe_model(vocab_of({"a", "b", "c", "d"}), merges));
     for (int w = 0; w < 40; ++w) {

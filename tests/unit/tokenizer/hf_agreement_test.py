@@ -286,7 +286,7 @@ def main():
             byte_ids = [i for t, i in vocab.items() if len(t) == 6 and t.startswith("<0x")]
             id_lists = random_id_lists(rng, vocab_size, byte_ids)
             # The code point sweeps are long: each runs where it tells something new.
-            variant_texts = texts + (added_token_sweep() if "added" in name else [])
+            variant_texts = texts + (added_token_sweep() if name == "bytelevel_prefix_space_added" else [])
             variant_splits = splits if name == "bytelevel" else []
             inputs = os.path.join(folder, "inputs.json")
             with open(inputs, "w", encoding="utf-8") as f:

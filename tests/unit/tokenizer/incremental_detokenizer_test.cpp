@@ -1,9 +1,10 @@
 // Streaming detokenization: what comes out as ids arrive, and that it always adds up to decode().
+#include "tokenizer/incremental_detokenizer.h"
+
 #include <gtest/gtest.h>
 
 #include "tests/support/random.h"
 #include "tests/unit/tokenizer/test_tokenizers.h"
-#include "tokenizer/incremental_detokenizer.h"
 
 namespace fp4::tokenizer {
 namespace {
@@ -23,7 +24,9 @@ std::vector<std::string> stream(const Tokenizer& t, const Ids& ids, bool skip_sp
 using Chunks = std::vector<std::string>;
 
 // Ids: <unk> <s> </s> = 0 1 2, byte b = 3 + b, ▁ h i = 259 260 261, hi = 262, ▁hi = 263.
-Tokenizer llama() { return testing::load(testing::llama_style({"▁", "h", "i"}, {{"h", "i"}, {"▁", "hi"}})); }
+Tokenizer llama() {
+  return testing::load(testing::llama_style({"▁", "h", "i"}, {{"h", "i"}, {"▁", "hi"}}));
+}
 constexpr int32_t byte_token(uint8_t b) { return 3 + b; }
 
 TEST(IncrementalDetokenizer, StripsTheLeadingSpaceOnce) {
@@ -53,7 +56,10 @@ TEST(IncrementalDetokenizer, HoldsAnUnfinishedCharacterOfByteLevelText) {
   // Byte-level ids are the bytes themselves here.
   EXPECT_EQ(stream(t, {0xE4, 0xBD, 0xA0, 'a'}, false), (Chunks{"", "", "你", "a", ""}));
   EXPECT_EQ(stream(t, {'a', 0xF0, 0x9F}, false), (Chunks{"a", "", "", "\xEF\xBF\xBD"}));
-  EXPECT_EQ(stream(t, {0xE4, 'a'}, false), (Chunks{"", "\xEF\xBF\xBD" "a", ""}));
+  EXPECT_EQ(stream(t, {0xE4, 'a'}, false), (Chunks{"",
+                                                   "\xEF\xBF\xBD"
+                                                   "a",
+                                                   ""}));
 }
 
 // Ids drawn to hit the hard cases often: byte tokens, specials, spaces.
@@ -61,7 +67,8 @@ Ids random_ids(std::mt19937_64& rng, const Tokenizer& t, const Ids& favourites) 
   std::uniform_int_distribution<int32_t> any(-2, t.vocab_size() + 2), length(0, 24);
   std::uniform_int_distribution<size_t> favourite(0, favourites.size() - 1);
   Ids ids;
-  for (int i = length(rng); i > 0; --i) ids.push_back(rng() % 2 ? favourites[favourite(rng)] : any(rng));
+  for (int i = length(rng); i > 0; --i)
+    ids.push_back(rng() % 2 ? favourites[favourite(rng)] : any(rng));
   return ids;
 }
 
@@ -72,19 +79,22 @@ void expect_streams_add_up(const Tokenizer& t, const Ids& favourites, uint64_t s
     for (bool skip : {false, true}) {
       std::string joined;
       for (const std::string& chunk : stream(t, ids, skip)) joined += chunk;
-      ASSERT_EQ(joined, t.decode(ids, skip)) << "ids " << ::testing::PrintToString(ids) << " skip " << skip;
+      ASSERT_EQ(joined, t.decode(ids, skip))
+          << "ids " << ::testing::PrintToString(ids) << " skip " << skip;
     }
   }
 }
 
 TEST(IncrementalDetokenizer, AddsUpToDecodeOnRandomIds) {
   Ids llama_favourites = {0, 1, 2, 259, 263, byte_token(' '), byte_token('A')};
-  for (int b : {0xC3, 0xA9, 0xE4, 0xBD, 0xA0, 0xF0, 0x9F, 0x98, 0x80, 0xFF}) llama_favourites.push_back(byte_token(b));
+  for (int b : {0xC3, 0xA9, 0xE4, 0xBD, 0xA0, 0xF0, 0x9F, 0x98, 0x80, 0xFF})
+    llama_favourites.push_back(byte_token(b));
   expect_streams_add_up(llama(), llama_favourites, 1);
 
   json metaspace = testing::llama_style({"▁", "h", "i"}, {{"h", "i"}, {"▁", "hi"}});
   metaspace["normalizer"] = nullptr;
-  metaspace["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "first"}};
+  metaspace["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "first"}};
   metaspace["decoder"] = metaspace["pre_tokenizer"];
   expect_streams_add_up(testing::load(metaspace), llama_favourites, 2);
 

@@ -1,4 +1,6 @@
 // Normalizers and pre-tokenizers on hand-checked inputs.
+#include "tokenizer/pretokenize.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -6,7 +8,6 @@
 
 #include "tests/support/expect_error.h"
 #include "tests/support/random.h"
-#include "tokenizer/pretokenize.h"
 #include "tokenizer/unicode.h"
 
 namespace fp4::tokenizer {
@@ -40,7 +41,8 @@ TEST(SplitGpt2, FollowsTheRegexAlternativesInOrder) {
 
 TEST(SplitGpt2, CoversRandomTextExactly) {
   auto rng = fp4::testing::seeded_rng();
-  const std::vector<std::string> alphabet = {"a", "Z", "é", "中", "7", "½", " ", " ", "\n", "\t", "'", "s",
+  const std::vector<std::string> alphabet = {"a", "Z", "é",      "中",     "7", "½",
+                                             " ", " ", "\n",     "\t",     "'", "s",
                                              "!", "😀", "\u3000", "\u0301", "ll"};
   std::uniform_int_distribution<size_t> pick(0, alphabet.size() - 1);
   for (int trial = 0; trial < 2000; ++trial) {
@@ -70,7 +72,8 @@ TEST(ByteLevel, MapsEveryByteToADistinctCharacter) {
   EXPECT_EQ(byte_level_byte(U'\u0144'), -1);  // past the 256 stand-ins
 }
 
-std::vector<std::string> pre_tokenize(const json& config, const std::string& text, bool at_origin = true) {
+std::vector<std::string> pre_tokenize(const json& config, const std::string& text,
+                                      bool at_origin = true) {
   const PreTokenizer pre = PreTokenizer::from_json(config, {"tokenizer.json", "pre_tokenizer"});
   std::vector<Piece> words;
   pre.split({text, at_origin}, words);
@@ -80,14 +83,16 @@ std::vector<std::string> pre_tokenize(const json& config, const std::string& tex
 }
 
 TEST(Metaspace, PrependsAndSplitsBeforeEachReplacement) {
-  const json always = {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "always"}, {"split", true}};
+  const json always = {
+      {"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "always"}, {"split", true}};
   EXPECT_EQ(pre_tokenize(always, "Hello  world"), (Pieces{"▁Hello", "▁", "▁world"}));
   EXPECT_EQ(pre_tokenize(always, " x", false), (Pieces{"▁x"}));  // already starts with one
   json first = always;
   first["prepend_scheme"] = "first";
   EXPECT_EQ(pre_tokenize(first, "a b", true), (Pieces{"▁a", "▁b"}));
   EXPECT_EQ(pre_tokenize(first, "a b", false), (Pieces{"a", "▁b"}));
-  json never_whole = {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "never"}, {"split", false}};
+  json never_whole = {
+      {"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "never"}, {"split", false}};
   EXPECT_EQ(pre_tokenize(never_whole, "a b "), (Pieces{"a▁b▁"}));
   // Older files say add_prefix_space instead of prepend_scheme.
   const json legacy = {{"type", "Metaspace"}, {"replacement", "▁"}, {"add_prefix_space", false}};
@@ -95,39 +100,67 @@ TEST(Metaspace, PrependsAndSplitsBeforeEachReplacement) {
 }
 
 TEST(PreTokenizer, SplitThenByteLevelEqualsByteLevelWithItsRegex) {
-  const json sequence = {{"type", "Sequence"}, {"pretokenizers", {
-      {{"type", "Split"}, {"pattern", {{"Regex", std::string(kGpt2Pattern)}}}, {"behavior", "Isolated"}, {"invert", false}},
-      {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
-  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}};
+  const json sequence = {{"type", "Sequence"},
+                         {"pretokenizers",
+                          {{{"type", "Split"},
+                            {"pattern", {{"Regex", std::string(kGpt2Pattern)}}},
+                            {"behavior", "Isolated"},
+                            {"invert", false}},
+                           {{"type", "ByteLevel"},
+                            {"add_prefix_space", false},
+                            {"trim_offsets", true},
+                            {"use_regex", false}}}}};
+  const json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}};
   const std::string text = "Hi  there,\nworld's 42 café";
   EXPECT_EQ(pre_tokenize(sequence, text), pre_tokenize(byte_level, text));
   EXPECT_EQ(pre_tokenize(byte_level, "a b"), (Pieces{"a", "Ġb"}));
 }
 
 TEST(PreTokenizer, RefusesWhatItCannotDo) {
-  const auto parse = [](const json& config) { PreTokenizer::from_json(config, {"x/tokenizer.json", "pre_tokenizer"}); };
-  fp4::testing::expect_error([&] { parse({{"type", "Whitespace"}}); }, {"x/tokenizer.json", "pre_tokenizer", "'Whitespace'"});
+  const auto parse = [](const json& config) {
+    PreTokenizer::from_json(config, {"x/tokenizer.json", "pre_tokenizer"});
+  };
   fp4::testing::expect_error(
-      [&] { parse({{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Isolated"}, {"invert", false}}); },
+      [&] {
+        parse({{"type", "Whitespace"}});
+      },
+      {"x/tokenizer.json", "pre_tokenizer", "'Whitespace'"});
+  fp4::testing::expect_error(
+      [&] {
+        parse({{"type", "Split"},
+               {"pattern", {{"Regex", "\\s+"}}},
+               {"behavior", "Isolated"},
+               {"invert", false}});
+      },
       {"x/tokenizer.json", "Split", "'\\s+'", "not supported"});
   fp4::testing::expect_error(
-      [&] { parse({{"type", "Split"}, {"pattern", {{"Regex", std::string(kGpt2Pattern)}}}, {"behavior", "Removed"}}); },
+      [&] {
+        parse({{"type", "Split"},
+               {"pattern", {{"Regex", std::string(kGpt2Pattern)}}},
+               {"behavior", "Removed"}});
+      },
       {"behavior 'Removed'"});
 }
 
 TEST(Normalizer, PrependsAndReplaces) {
-  const json llama = {{"type", "Sequence"}, {"normalizers", {
-      {{"type", "Prepend"}, {"prepend", "▁"}},
-      {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "▁"}}}}};
+  const json llama = {{"type", "Sequence"},
+                      {"normalizers",
+                       {{{"type", "Prepend"}, {"prepend", "▁"}},
+                        {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "▁"}}}}};
   const Normalizer n = Normalizer::from_json(llama, {"tokenizer.json", "normalizer"});
   EXPECT_EQ(n.apply("Hello  world "), "▁Hello▁▁world▁");
   EXPECT_EQ(n.apply(""), "");  // Prepend leaves empty text alone
-  fp4::testing::expect_error([] { Normalizer::from_json({{"type", "NFKC"}}, {"m/tokenizer.json", "normalizer"}); },
-                             {"m/tokenizer.json", "normalizer", "'NFKC'", "not supported"});
   fp4::testing::expect_error(
       [] {
-        Normalizer::from_json({{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", " "}},
-                              {"tokenizer.json", "normalizer"});
+        Normalizer::from_json({{"type", "NFKC"}}, {"m/tokenizer.json", "normalizer"});
+      },
+      {"m/tokenizer.json", "normalizer", "'NFKC'", "not supported"});
+  fp4::testing::expect_error(
+      [] {
+        Normalizer::from_json(
+            {{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", " "}},
+            {"tokenizer.json", "normalizer"});
       },
       {"regex", "' +'"});
 }

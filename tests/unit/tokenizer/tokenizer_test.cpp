@@ -39,7 +39,8 @@ TEST(Tokenizer, EncodesAndDecodesLikeLlama) {
   EXPECT_EQ(t.encode("hi hi", true), (Ids{1, 266, 266}));
   EXPECT_EQ(t.encode("", false), Ids{});
   EXPECT_EQ(t.encode("", true), Ids{1});
-  EXPECT_EQ(t.decode(Ids{1, 266, 266}, false), "<s> hi hi");  // only the very first space is stripped
+  EXPECT_EQ(t.decode(Ids{1, 266, 266}, false),
+            "<s> hi hi");  // only the very first space is stripped
   EXPECT_EQ(t.decode(Ids{1, 266, 266}, true), "hi hi");
   EXPECT_EQ(t.decode(Ids{266, 99999, -1, 266}, true), "hi hi");  // ids without a token are skipped
   EXPECT_EQ(t.encode("hé", false), (Ids{259, 260, 3 + 0xC3, 3 + 0xA9}));  // é by byte fallback
@@ -87,7 +88,8 @@ TEST(Tokenizer, ReadsTokenizerConfigNextToTheFile) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "tokenizer.json") << llama_with_added_tokens().dump();
   std::ofstream(dir / "tokenizer_config.json")
-      << R"({"bos_token": {"__type": "AddedToken", "content": "<s>"}, "eos_token": "</s>", "add_bos_token": false})";
+      << R"({"bos_token": {"__type": "AddedToken", "content": "<s>"}, "eos_token": "</s>",)"
+         R"( "add_bos_token": false})";
   const Tokenizer t = Tokenizer::from_file(dir / "tokenizer.json");
   EXPECT_EQ(t.bos_id(), 1);
   EXPECT_EQ(t.eos_id(), 2);
@@ -98,14 +100,16 @@ TEST(Tokenizer, ReadsTokenizerConfigNextToTheFile) {
   fp4::testing::expect_error([&] { Tokenizer::from_file(dir / "tokenizer.json"); },
                              {"tokenizer_config.json", "bos_token", "'<bos>'"});
   std::filesystem::remove_all(dir);
-  fp4::testing::expect_error([&] { Tokenizer::from_file(dir / "tokenizer.json"); }, {"cannot open"});
+  fp4::testing::expect_error([&] { Tokenizer::from_file(dir / "tokenizer.json"); },
+                             {"cannot open"});
 }
 
 TEST(Tokenizer, RefusesWhatItDoesNotSupport) {
   const auto load = [](const json& tj) { testing::load(tj); };
   json tj = testing::llama_style({"▁"}, {});
   tj["post_processor"] = {{"type", "BertProcessing"}};
-  fp4::testing::expect_error([&] { load(tj); }, {"test/tokenizer.json", "post_processor", "'BertProcessing'"});
+  fp4::testing::expect_error([&] { load(tj); },
+                             {"test/tokenizer.json", "post_processor", "'BertProcessing'"});
   tj = testing::llama_style({"▁"}, {});
   tj["decoder"] = {{"type", "WordPiece"}};
   fp4::testing::expect_error([&] { load(tj); }, {"test/tokenizer.json", "decoder", "'WordPiece'"});
@@ -120,13 +124,15 @@ TEST(Tokenizer, RefusesWhatItDoesNotSupport) {
   fp4::testing::expect_error([] { Tokenizer::from_json("{\"model\": ", "", "bad/tokenizer.json"); },
                              {"bad/tokenizer.json", "not valid JSON"});
   const Tokenizer t = testing::load(testing::llama_style({"▁"}, {}));
-  fp4::testing::expect_error([&] { t.encode("ok \xC3\x28", false); }, {"not valid UTF-8", "byte 3"});
+  fp4::testing::expect_error([&] { t.encode("ok \xC3\x28", false); },
+                             {"not valid UTF-8", "byte 3"});
 }
 
 // Random text of letters the vocab has, letters it lacks (byte fallback), spaces and newlines.
 std::string random_text(std::mt19937_64& rng, size_t length) {
-  const std::vector<std::string> alphabet = {"h", "i", "t", " ", " ", "  ", "\n", "é", "中", "😀", "x", "7", "'s",
-                                             "!", "\t", "\u3000", "\u0301", "Ġ"};
+  const std::vector<std::string> alphabet = {"h",  "i", "t",  " ",      " ",      "  ",
+                                             "\n", "é", "中", "😀",      "x",      "7",
+                                             "'s", "!", "\t", "\u3000", "\u0301", "Ġ"};
   std::uniform_int_distribution<size_t> pick(0, alphabet.size() - 1);
   std::string text;
   for (size_t i = 0; i < length; ++i) text += alphabet[pick(rng)];
@@ -137,8 +143,10 @@ TEST(Tokenizer, RandomTextRoundTrips) {
   // Both kinds are lossless on text without added tokens: byte fallback and the byte-level map
   // cover every byte, and the SentencePiece decoder strips exactly the ▁ the normalizer added.
   auto rng = fp4::testing::seeded_rng();
-  const Tokenizer llama = testing::load(testing::llama_style({"▁", "h", "i", "t"}, {{"h", "i"}, {"▁", "hi"}, {"▁", "▁"}}));
-  const Tokenizer gpt2 = testing::load(testing::byte_level_style({{"Ġ", "h"}, {"h", "i"}, {"Ġh", "i"}, {"Ġ", "Ġ"}}));
+  const Tokenizer llama = testing::load(
+      testing::llama_style({"▁", "h", "i", "t"}, {{"h", "i"}, {"▁", "hi"}, {"▁", "▁"}}));
+  const Tokenizer gpt2 =
+      testing::load(testing::byte_level_style({{"Ġ", "h"}, {"h", "i"}, {"Ġh", "i"}, {"Ġ", "Ġ"}}));
   for (int trial = 0; trial < 500; ++trial) {
     const std::string text = random_text(rng, trial % 40);
     ASSERT_EQ(llama.decode(llama.encode(text, false), false), text);
@@ -156,11 +164,13 @@ TEST(Tokenizer, EncodesA32kTokenPromptQuickly) {
   // merge would cost O(n^2), minutes. Five seconds separates the two by far more than the
   // machine's speed varies.
   auto rng = fp4::testing::seeded_rng();
-  const Tokenizer t = testing::load(testing::llama_style({"▁", "h", "i", "t"}, {{"h", "i"}, {"▁", "hi"}, {"t", "hi"}}));
+  const Tokenizer t = testing::load(
+      testing::llama_style({"▁", "h", "i", "t"}, {{"h", "i"}, {"▁", "hi"}, {"t", "hi"}}));
   const std::string text = random_text(rng, 1 << 17);
   const auto start = std::chrono::steady_clock::now();
   const Ids ids = t.encode(text, true);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 5.0);
   EXPECT_EQ(t.decode(ids, true), text);
 }

@@ -7,11 +7,10 @@
 // (its decoding), then one line per gpt2_split string (its pieces under the GPT-2 regex). Every
 // decoding is given whole, with and without special tokens, and streamed through
 // IncrementalDetokenizer.
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
@@ -22,8 +21,8 @@
 
 namespace {
 
-using nlohmann::json;
 using fp4::tokenizer::Tokenizer;
+using nlohmann::json;
 
 std::string stream(const Tokenizer& tokenizer, const std::vector<int32_t>& ids, bool skip) {
   fp4::tokenizer::IncrementalDetokenizer detokenizer(tokenizer, skip);
@@ -44,7 +43,8 @@ void print(const json& line) {
 }
 
 int run(int argc, char** argv) {
-  FP4_CHECK(argc == 3, "usage: {} <tokenizer.json> <inputs.json>", argc > 0 ? argv[0] : "tokenizer_tool");
+  FP4_CHECK(argc == 3, "usage: {} <tokenizer.json> <inputs.json>",
+            argc > 0 ? argv[0] : "tokenizer_tool");
   const Tokenizer tokenizer = Tokenizer::from_file(argv[1]);
   std::ifstream in(argv[2]);
   FP4_CHECK(in.good(), "{}: cannot open the file", argv[2]);
@@ -70,7 +70,8 @@ int run(int argc, char** argv) {
     add_decodings(tokenizer, ids.get<std::vector<int32_t>>(), line);
     print(line);
   }
-  const json splits = inputs.is_object() ? inputs.value("gpt2_split", json::array()) : json::array();
+  const json splits =
+      inputs.is_object() ? inputs.value("gpt2_split", json::array()) : json::array();
   for (const json& text : splits) {
     const std::string s = text.get<std::string>();
     std::vector<std::string_view> pieces;

@@ -1,10 +1,11 @@
 // UTF-8 scanning and repair, and the Unicode classes behind the pre-tokenization regex.
+#include "tokenizer/unicode.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "tests/support/random.h"
-#include "tokenizer/unicode.h"
 
 namespace fp4::tokenizer {
 namespace {
@@ -65,7 +66,8 @@ TEST(Utf8, RandomCodePointsRoundTrip) {
 TEST(Utf8Lossy, SplitsWhereNothingIsOpenDoNotChangeTheRepair) {
   auto rng = fp4::testing::seeded_rng(1);
   // Bytes drawn mostly from lead and continuation bytes, so that every case of table 3-7 shows up.
-  const std::string alphabet = "a\x80\xBF\xA0\x9F\x90\x8F\xC2\xDF\xE0\xE1\xED\xEF\xF0\xF1\xF4\xF5\xC0";
+  const std::string alphabet =
+      "a\x80\xBF\xA0\x9F\x90\x8F\xC2\xDF\xE0\xE1\xED\xEF\xF0\xF1\xF4\xF5\xC0";
   std::uniform_int_distribution<size_t> pick(0, alphabet.size() - 1), len(0, 12);
   int splits = 0;
   for (int trial = 0; trial < 20000; ++trial) {
@@ -76,22 +78,26 @@ TEST(Utf8Lossy, SplitsWhereNothingIsOpenDoNotChangeTheRepair) {
     ASSERT_EQ(find_invalid_utf8(whole), std::string::npos);
     if (incomplete_utf8_tail(a) > 0) continue;
     ++splits;
-    ASSERT_EQ(utf8_lossy(a) + utf8_lossy(b), whole) << "a=" << ::testing::PrintToString(a)
-                                                    << " b=" << ::testing::PrintToString(b);
+    ASSERT_EQ(utf8_lossy(a) + utf8_lossy(b), whole)
+        << "a=" << ::testing::PrintToString(a) << " b=" << ::testing::PrintToString(b);
   }
   EXPECT_GT(splits, 1000);  // the property was exercised, not skipped
 }
 
 TEST(UnicodeClasses, MatchTheRegexClasses) {
-  EXPECT_TRUE(is_letter('a') && is_letter(U'\u00E9') && is_letter(U'\u4E2D') && is_letter(U'\u01C5'));
+  EXPECT_TRUE(is_letter('a') && is_letter(U'\u00E9') && is_letter(U'\u4E2D') &&
+              is_letter(U'\u01C5'));
   EXPECT_FALSE(is_letter('1') || is_letter('_') || is_letter(U'\u0301'));
-  EXPECT_TRUE(is_number('7') && is_number(U'\u0663') && is_number(U'\u2162') && is_number(U'\u00BD'));
+  EXPECT_TRUE(is_number('7') && is_number(U'\u0663') && is_number(U'\u2162') &&
+              is_number(U'\u00BD'));
   EXPECT_FALSE(is_number('a') || is_number('.') || is_number(U'\u00B7'));
   // \s is the White_Space property: NEL and the ideographic space are in it; the information
   // separators 1C..1F (which Python's isspace accepts) and the zero-width space are not.
-  EXPECT_TRUE(is_whitespace(' ') && is_whitespace('\t') && is_whitespace(U'\u0085') && is_whitespace(U'\u3000'));
+  EXPECT_TRUE(is_whitespace(' ') && is_whitespace('\t') && is_whitespace(U'\u0085') &&
+              is_whitespace(U'\u3000'));
   EXPECT_FALSE(is_whitespace(U'\u001C') || is_whitespace(U'\u200B') || is_whitespace('x'));
-  EXPECT_TRUE(is_word_char('_') && is_word_char(U'\u0301') && is_word_char(U'\u24B6') && is_word_char('9'));
+  EXPECT_TRUE(is_word_char('_') && is_word_char(U'\u0301') && is_word_char(U'\u24B6') &&
+              is_word_char('9'));
   EXPECT_FALSE(is_word_char('-') || is_word_char(' ') || is_word_char(U'\u00BD'));
 }
 

@@ -1,0 +1,135 @@
+#include "backend/cuda/indexer_topk.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace fp4::cuda {
+namespace {
+
+using kvcache::PageDType;
+
+// Fewest blocks a scoring CTA covers: below this the query load and the CTA's start cost more
+// than the extra parallelism gives back.
+constexpr int64_t kMinBlocksPerSplit = 2;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+detail::IndexerArgs checked_args(const IndexerTopkParams& p) {
+  const PagedContext& c = p.ctx;
+  FP4_CHECK(p.layout != nullptr, "indexer_topk: the index page layout is missing");
+  const kvcache::PageLayout& l = *p.layout;
+  FP4_CHECK(!l.has_v && l.heads == 1 && l.groups == 1,
+            "indexer_topk: expected a key-only index page layout of one head, got {} head(s){}",
+            l.heads, l.has_v ? " with V" : "");
+  FP4_CHECK(l.head_dim == p.head_dim, "indexer_topk: index_q has head_dim {} but the index pages "
+            "hold {} values per token", p.head_dim, l.head_dim);
+  FP4_CHECK(p.head_dim == 16 || p.head_dim == 32 || p.head_dim == 64 || p.head_dim == 128 ||
+                p.head_dim == 256,
+            "indexer_topk: the CUDA kernels take index head_dim 16, 32, 64, 128 or 256, got {}",
+            p.head_dim);
+  FP4_CHECK(l.dtype != PageDType::kFP8 || (std::isfinite(p.scale) && p.scale > 0.0f),
+            "indexer_topk: the FP8 index-K scale must be finite and positive, got {}", p.scale);
+  FP4_CHECK(l.dtype != PageDType::kNVFP4 || p.scale == 1.0f,
+            "indexer_topk: NVFP4 index-K pages have no global scale, got {}", p.scale);
+  FP4_CHECK(c.tokens >= 0 && c.tokens < (int64_t{1} << 31),
+            "indexer_topk: {} tokens, expected 0 to 2^31 - 1", c.tokens);
+  FP4_CHECK(p.heads > 0 && p.heads <= 65535, "indexer_topk: {} index heads, expected 1 to 65535",
+            p.heads);
+  FP4_CHECK(p.topk > 0 && p.topk <= detail::kMaxTopk, "indexer_topk: topk {} is outside 1..{}",
+            p.topk, detail::kMaxTopk);
+  FP4_CHECK(p.init_blocks >= 0 && p.local_blocks >= 0 && p.init_blocks + p.local_blocks <= p.topk,
+            "indexer_topk: {} init + {} local forced blocks do not fit in top-{}", p.init_blocks,
+            p.local_blocks, p.topk);
+  FP4_CHECK(c.max_blocks > 0 && c.max_blocks <= detail::kMaxBlocks,
+            "indexer_topk: the block table has {} entries per sequence, expected 1 to {}",
+            c.max_blocks, detail::kMaxBlocks);
+  FP4_CHECK(c.tokens == 0 || (c.positions && c.seq_of_token && c.block_tables && c.num_seqs > 0),
+            "indexer_topk: positions, seq_of_token and block_tables are required ({} sequences)",
+            c.num_seqs);
+  FP4_CHECK(c.tokens == 0 || (p.pool && p.index_q && p.selected && p.num_pages > 0),
+            "indexer_topk: the pool ({} pages), index_q and selected are required", p.num_pages);
+  // Every key row and scale row then starts on its own vector's boundary (page_layout.h sizes).
+  FP4_CHECK(aligned16(p.pool) && l.page_bytes % 16 == 0 && l.k_scales.offset % 16 == 0,
+            "indexer_topk: the pool and its {}-byte pages must be 16-byte aligned", l.page_bytes);
+
+  detail::IndexerArgs a;
+  a.positions = c.positions;
+  a.seq_of_token = c.seq_of_token;
+  a.block_tables = c.block_tables;
+  a.tokens = c.tokens;
+  a.max_blocks = c.max_blocks;
+  a.pool = p.pool;
+  a.num_pages = p.num_pages;
+  a.page_bytes = l.page_bytes;
+  a.codes_offset = l.k_codes.offset;
+  a.scales_offset = l.k_scales.offset;
+  a.page_tokens = l.page_tokens;
+  a.dtype = l.dtype;
+  a.scale = p.scale;
+  a.index_q = p.index_q;
+  a.heads = static_cast<int>(p.heads);
+  a.head_dim = static_cast<int>(p.head_dim);
+  a.topk = static_cast<int>(p.topk);
+  a.init_blocks = static_cast<int>(p.init_blocks);
+  a.local_blocks = static_cast<int>(p.local_blocks);
+  a.selected = p.selected;
+  FP4_CHECK(detail::indexer_score_smem_bytes(a) <= 48 * 1024,
+            "indexer_topk: {} index heads of {} values exceed the kernel's 48 KiB of queries",
+            p.heads, p.head_dim);
+  return a;
+}
+
+// Splits of each token's blocks over CTAs: enough CTAs to fill the device once, never fewer
+// than kMinBlocksPerSplit blocks each. Depends on shapes and the device only.
+unsigned choose_splits(detail::IndexerArgs& a) {
+  int ctas_per_sm = 0, device = 0, sms = 0;
+  FP4_CUDA_CHECK(detail::indexer_score_ctas_per_sm(a, ctas_per_sm));
+  FP4_CUDA_CHECK(cudaGetDevice(&device));
+  FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t resident = int64_t{std::max(ctas_per_sm, 1)} * sms;
+  const int64_t most = (a.max_blocks + kMinBlocksPerSplit - 1) / kMinBlocksPerSplit;
+  const int64_t wanted = std::clamp<int64_t>((resident + a.tokens - 1) / a.tokens, 1, most);
+  a.blocks_per_split = static_cast<int>((a.max_blocks + wanted - 1) / wanted);
+  return static_cast<unsigned>((a.max_blocks + a.blocks_per_split - 1) / a.blocks_per_split);
+}
+
+}  // namespace
+
+size_t indexer_topk_workspace_bytes(const IndexerTopkParams& p) {
+  return static_cast<size_t>(std::max<int64_t>(p.ctx.tokens, 0) * std::max<int64_t>(p.heads, 0) *
+                             std::max<int64_t>(p.ctx.max_blocks, 0)) * sizeof(float);
+}
+
+void indexer_topk(const IndexerTopkParams& p, void* workspace, size_t workspace_bytes,
+                  cudaStream_t stream) {
+  detail::IndexerArgs a = checked_args(p);
+  if (a.tokens == 0) return;
+  const size_t needed = indexer_topk_workspace_bytes(p);
+  FP4_CHECK(workspace != nullptr && workspace_bytes >= needed && aligned16(workspace),
+            "indexer_topk: the workspace must be 16-byte aligned and hold {} bytes, got {}",
+            needed, workspace_bytes);
+  a.scores = static_cast<float*>(workspace);
+  const unsigned splits = choose_splits(a);
+  FP4_CUDA_CHECK(detail::launch_indexer_scores(a, splits, stream));
+  FP4_CUDA_CHECK(detail::launch_indexer_select(a, stream));
+}
+
+void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream) {
+  checked_args(p);
+  if (p.ctx.tokens == 0) return;
+  void* workspace = nullptr;
+  const size_t bytes = indexer_topk_workspace_bytes(p);
+  FP4_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
+  try {
+    indexer_topk(p, workspace, bytes, stream);
+  } catch (...) {
+    (void)cudaFreeAsync(workspace, stream);
+    throw;
+  }
+  FP4_CUDA_CHECK(cudaFreeAsync(workspace, stream));
+}
+
+}  // namespace fp4::cuda

@@ -1,0 +1,381 @@
+// Kernels of the MSA indexer (docs/kernels/indexer.md). Scoring reads each index-K row once
+// per token, straight from global memory into registers (one key per thread, 16-byte loads),
+// decodes it with the formats/ codecs and takes its dot product with every index head's query,
+// which the CTA keeps in shared memory. Products and sums are separate IEEE operations in the
+// CPU reference's order, so each score is the reference's float.
+#include <cuda_runtime.h>
+
+#include "backend/cuda/indexer_topk.h"
+#include "formats/minifloat.h"
+
+namespace fp4::cuda::detail {
+namespace {
+
+using kvcache::PageDType;
+
+constexpr int kHeadsPerPass = 4;  // query heads whose dot products one pass over a key computes
+constexpr int kWarps = kScoreThreads / 32;
+constexpr int kChunk = 16;        // values decoded at once: one NVFP4 block
+
+// Shared-memory image of one page's key rows: codes [page_tokens][kCodeStride] (rows padded
+// by 16 bytes when that keeps the per-thread 16-byte row reads free of bank conflicts), then
+// the NVFP4 block scales [page_tokens][kScaleBytes].
+template <PageDType D, int kDim>
+struct Rows {
+  static constexpr int kCodeBytes = static_cast<int>(kvcache::page_code_bytes(D, kDim));
+  static constexpr int kScaleBytes = D == PageDType::kNVFP4 ? kDim / kChunk : 0;
+  static constexpr int kCodeStride = kCodeBytes % 32 == 0 ? kCodeBytes + 16 : kCodeBytes;
+  static constexpr int stage_bytes(int page_tokens) {
+    return (page_tokens * kCodeStride + 15) / 16 * 16 + (page_tokens * kScaleBytes + 15) / 16 * 16;
+  }
+  // Two stages (the next page lands while this one is scored) unless that would not fit.
+  static constexpr int kStages = 2 * stage_bytes(kMaxPageTokens) <= 150 * 1024 ? 2 : 1;
+};
+
+// The stored bytes of one chunk of a key row.
+template <PageDType D> struct Chunk;
+template <> struct Chunk<PageDType::kFP32> { uint4 w[4]; };
+template <> struct Chunk<PageDType::kBF16> { uint4 w[2]; };
+template <> struct Chunk<PageDType::kFP8> { uint4 w[1]; };
+template <> struct Chunk<PageDType::kNVFP4> { uint2 codes; uint32_t scale; };
+
+template <PageDType D>
+__device__ __forceinline__ Chunk<D> load_chunk(const uint8_t* codes, const uint8_t* scales, int c) {
+  Chunk<D> x;
+  if constexpr (D == PageDType::kNVFP4) {
+    x.codes = reinterpret_cast<const uint2*>(codes)[c];
+    x.scale = scales[c];
+  } else {
+    constexpr int kWords = sizeof(x.w) / sizeof(uint4);
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) x.w[k] = reinterpret_cast<const uint4*>(codes)[kWords * c + k];
+  }
+  return x;
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& w, int k) {
+  return k == 0 ? w.x : k == 1 ? w.y : k == 2 ? w.z : w.w;
+}
+
+// kvcache::read_index_page's values. NVFP4 skips the multiply by the global scale 1 and the
+// canonical NaN of a NaN block scale: x * 1 == x, and any NaN value makes the key's dot
+// product NaN, which the block maximum ignores on both sides.
+template <PageDType D>
+__device__ __forceinline__ void decode_chunk(const Chunk<D>& x, float scale, float* v) {
+  if constexpr (D == PageDType::kFP32) {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) v[i] = __uint_as_float(word(x.w[i / 4], i % 4));
+  } else if constexpr (D == PageDType::kBF16) {
+#pragma unroll
+    for (int i = 0; i < kChunk / 2; ++i) {
+      const uint32_t w = word(x.w[i / 4], i % 4);
+      v[2 * i] = bf16_decode(static_cast<uint16_t>(w & 0xFFFFu));
+      v[2 * i + 1] = bf16_decode(static_cast<uint16_t>(w >> 16));
+    }
+  } else if constexpr (D == PageDType::kFP8) {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      const uint8_t code = static_cast<uint8_t>(word(x.w[0], i / 4) >> (8 * (i % 4)));
+      v[i] = __fmul_rn(e4m3_decode(code), scale);
+    }
+  } else {
+    const float sf = e4m3_decode(static_cast<uint8_t>(x.scale));
+#pragma unroll
+    for (int i = 0; i < kChunk / 2; ++i) {
+      const uint32_t byte = (i < 4 ? x.codes.x : x.codes.y) >> (8 * (i % 4));
+      v[2 * i] = __fmul_rn(e2m1_decode(static_cast<uint8_t>(byte & 0xFu)), sf);
+      v[2 * i + 1] = __fmul_rn(e2m1_decode(static_cast<uint8_t>((byte >> 4) & 0xFu)), sf);
+    }
+  }
+}
+
+// dot(q_h, key) for kHeadsPerPass heads, as the CPU's dot(): acc[l] sums the products of
+// elements l, l + 4, l + 8, ... in order, then (acc0 + acc2) + (acc1 + acc3) + 0.
+template <PageDType D, int kDim>
+__device__ __forceinline__ void key_dots(const uint8_t* codes, const uint8_t* scales, float scale,
+                                         const float* q,  // shared, [kHeadsPerPass, kDim]
+                                         float* dots) {
+  float acc[kHeadsPerPass][4];
+#pragma unroll
+  for (int h = 0; h < kHeadsPerPass; ++h) {
+#pragma unroll
+    for (int l = 0; l < 4; ++l) acc[h][l] = 0.0f;
+  }
+#pragma unroll
+  for (int c = 0; c < kDim / kChunk; ++c) {
+    float v[kChunk];
+    decode_chunk<D>(load_chunk<D>(codes, scales, c), scale, v);
+#pragma unroll
+    for (int h = 0; h < kHeadsPerPass; ++h) {
+      const float4* qh = reinterpret_cast<const float4*>(q + h * kDim + c * kChunk);
+#pragma unroll
+      for (int i = 0; i < kChunk / 4; ++i) {
+        const float4 qq = qh[i];  // the same address in every lane: a broadcast
+        acc[h][0] = __fadd_rn(acc[h][0], __fmul_rn(qq.x, v[4 * i]));
+        acc[h][1] = __fadd_rn(acc[h][1], __fmul_rn(qq.y, v[4 * i + 1]));
+        acc[h][2] = __fadd_rn(acc[h][2], __fmul_rn(qq.z, v[4 * i + 2]));
+        acc[h][3] = __fadd_rn(acc[h][3], __fmul_rn(qq.w, v[4 * i + 3]));
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < kHeadsPerPass; ++h) {
+    const float s = __fadd_rn(__fadd_rn(acc[h][0], acc[h][2]), __fadd_rn(acc[h][1], acc[h][3]));
+    dots[h] = __fadd_rn(s, 0.0f);  // the CPU adds its (empty) tail: -0 becomes +0
+  }
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* global) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
+
+// Starts copying the rows of keys [0, keys) of a page into a stage, 16 coalesced bytes per
+// thread and instruction.
+template <PageDType D, int kDim>
+__device__ __forceinline__ void stage_page(const IndexerArgs& a, const uint8_t* page, int keys, uint8_t* stage) {
+  using R = Rows<D, kDim>;
+  const int code_units = (keys * R::kCodeBytes + 15) / 16;
+  for (int u = threadIdx.x; u < code_units; u += kScoreThreads) {
+    const int byte = 16 * u;
+    const int dst = R::kCodeStride == R::kCodeBytes ? byte : byte / R::kCodeBytes * R::kCodeStride + byte % R::kCodeBytes;
+    cp_async16(stage + dst, page + a.codes_offset + byte);
+  }
+  if constexpr (R::kScaleBytes > 0) {
+    uint8_t* scales = stage + (a.page_tokens * R::kCodeStride + 15) / 16 * 16;
+    const int scale_units = (keys * R::kScaleBytes + 15) / 16;
+    for (int u = threadIdx.x; u < scale_units; u += kScoreThreads) cp_async16(scales + 16 * u, page + a.scales_offset + 16 * u);
+  }
+}
+
+__device__ __forceinline__ int64_t visible_blocks(const IndexerArgs& a, int64_t t) {
+  const int64_t blocks = a.positions[t] / a.page_tokens + 1;
+  return blocks < a.max_blocks ? blocks : a.max_blocks;
+}
+
+// Grid (tokens, splits): CTA (t, s) scores blocks [s, s + 1) * blocks_per_split of token t for
+// every head. Its pages stream through shared memory, the next one's copy in flight while the
+// current one is scored; each thread scores one key.
+template <PageDType D, int kDim>
+__global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(IndexerArgs a) {
+  using R = Rows<D, kDim>;
+  extern __shared__ float4 smem[];  // queries [heads rounded up to 4, kDim], then the stages
+  __shared__ float partial[kWarps][kHeadsPerPass];
+  const int64_t t = blockIdx.x;
+  const int heads_padded = (a.heads + kHeadsPerPass - 1) / kHeadsPerPass * kHeadsPerPass;
+  float* q_s = reinterpret_cast<float*>(smem);
+  uint8_t* stages = reinterpret_cast<uint8_t*>(q_s + heads_padded * kDim);
+  const int stage_bytes = R::stage_bytes(a.page_tokens);
+  const float* q = a.index_q + t * a.heads * kDim;
+  for (int i = threadIdx.x; i < heads_padded * kDim; i += kScoreThreads) q_s[i] = i < a.heads * kDim ? q[i] : 0.0f;
+
+  const float kNegInf = __int_as_float(0xFF800000);
+  const int64_t pos = a.positions[t];
+  const int64_t seq = a.seq_of_token[t];
+  const int64_t visible = visible_blocks(a, t);
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * a.blocks_per_split;
+  const int64_t end = first + a.blocks_per_split < a.max_blocks ? first + a.blocks_per_split : a.max_blocks;
+  const int64_t scored_end = end < visible ? end : visible;
+  float* scores = a.scores + t * a.heads * a.max_blocks;
+  for (int64_t b = scored_end > first ? scored_end : first; b < end; ++b) {
+    for (int h = threadIdx.x; h < a.heads; h += kScoreThreads) scores[h * a.max_blocks + b] = kNegInf;
+  }
+
+  // Everything below depends on b only, so it is CTA-uniform. A page outside the pool is not
+  // read and scores as an empty block.
+  auto page_of = [&](int64_t b) -> const uint8_t* {
+    const int64_t page = a.block_tables[seq * a.max_blocks + b];
+    return page >= 0 && page < a.num_pages ? a.pool + page * a.page_bytes : nullptr;
+  };
+  auto keys_of = [&](int64_t b) {
+    const int64_t k = pos + 1 - b * a.page_tokens;
+    return static_cast<int>(k < a.page_tokens ? k : a.page_tokens);
+  };
+  auto stage = [&](int64_t i) { return stages + (R::kStages == 2 ? (i & 1) : 0) * stage_bytes; };
+  if constexpr (R::kStages == 2) {
+    if (first < scored_end && page_of(first) != nullptr) stage_page<D, kDim>(a, page_of(first), keys_of(first), stage(0));
+    cp_async_commit();
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t b = first; b < scored_end; ++b) {
+    const int64_t i = b - first;
+    if constexpr (R::kStages == 2) {
+      if (b + 1 < scored_end && page_of(b + 1) != nullptr) stage_page<D, kDim>(a, page_of(b + 1), keys_of(b + 1), stage(i + 1));
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      if (page_of(b) != nullptr) stage_page<D, kDim>(a, page_of(b), keys_of(b), stage(i));
+      cp_async_commit();
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // the stage (and, the first time, the queries) written by every thread
+
+    const bool readable = page_of(b) != nullptr;
+    const int keys = keys_of(b);
+    const uint8_t* rows = stage(i);
+    const uint8_t* scale_rows = rows + (a.page_tokens * R::kCodeStride + 15) / 16 * 16;
+    for (int h0 = 0; h0 < heads_padded; h0 += kHeadsPerPass) {
+      float best[kHeadsPerPass];
+#pragma unroll
+      for (int h = 0; h < kHeadsPerPass; ++h) best[h] = kNegInf;
+      const int j = threadIdx.x;  // page_tokens <= kScoreThreads
+      if (readable && j < keys) {
+        float dots[kHeadsPerPass];
+        key_dots<D, kDim>(rows + j * R::kCodeStride, scale_rows + j * R::kScaleBytes, a.scale, q_s + h0 * kDim, dots);
+        // The CPU's std::max(best, dot): a NaN dot product never enters.
+#pragma unroll
+        for (int h = 0; h < kHeadsPerPass; ++h) best[h] = dots[h] > best[h] ? dots[h] : best[h];
+      }
+#pragma unroll
+      for (int h = 0; h < kHeadsPerPass; ++h) {
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1)
+          best[h] = fmaxf(best[h], __shfl_xor_sync(0xFFFFFFFFu, best[h], offset));
+        if (lane == 0) partial[warp][h] = best[h];
+      }
+      __syncthreads();
+      if (threadIdx.x < kHeadsPerPass && h0 + static_cast<int>(threadIdx.x) < a.heads) {
+        float m = partial[0][threadIdx.x];
+#pragma unroll
+        for (int w = 1; w < kWarps; ++w) m = fmaxf(m, partial[w][threadIdx.x]);
+        scores[(h0 + threadIdx.x) * a.max_blocks + b] = m;
+      }
+      __syncthreads();  // partial, and this stage, are rewritten next
+    }
+  }
+  cp_async_wait<0>();  // nothing may be left in flight at exit
+}
+
+// An unsigned key whose order is the scores' order, with -0 and +0 equal as the CPU's
+// comparison has them.
+__device__ __forceinline__ uint32_t orderable(float s) {
+  const uint32_t u = __float_as_uint(s == 0.0f ? 0.0f : s);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// One CTA per (token, head). Key of a visible block: forced (bit 63), score (bits 62..31), and
+// 2^31 - 1 - block (so that a lower id wins a tie); 0 pads the sort to a power of two. All keys
+// differ, so the kMaxTopk largest are one set, sorted descending by a bitonic network.
+__global__ void __launch_bounds__(kSelectThreads) indexer_select_kernel(IndexerArgs a) {
+  extern __shared__ unsigned long long keys[];  // [next_pow2(visible)]
+  __shared__ int32_t chosen[kMaxTopk];
+  const int64_t t = blockIdx.x;
+  const int h = blockIdx.y;
+  const int64_t visible = visible_blocks(a, t);
+  int32_t* out = a.selected + (h * a.tokens + t) * a.topk;
+  if (visible <= a.topk) {
+    for (int i = threadIdx.x; i < a.topk; i += kSelectThreads) out[i] = i < visible ? i : -1;
+    return;
+  }
+  int n = 2;
+  while (n < visible) n <<= 1;
+  const float* scores = a.scores + (t * a.heads + h) * a.max_blocks;
+  const int64_t local_first = visible - a.local_blocks;
+  for (int i = threadIdx.x; i < n; i += kSelectThreads) {
+    unsigned long long key = 0;
+    if (i < visible) {
+      const bool forced = i < a.init_blocks || i >= local_first;
+      key = (static_cast<unsigned long long>(forced) << 63) |
+            (static_cast<unsigned long long>(orderable(scores[i])) << 31) |
+            static_cast<unsigned long long>(0x7FFFFFFF - i);
+    }
+    keys[i] = key;
+  }
+  __syncthreads();
+  for (int k = 2; k <= n; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = threadIdx.x; i < n; i += kSelectThreads) {
+        const int partner = i ^ j;
+        if (partner > i) {  // each pair is handled by exactly one thread
+          const unsigned long long x = keys[i], y = keys[partner];
+          const bool descending = (i & k) == 0;
+          if (descending ? x < y : x > y) {
+            keys[i] = y;
+            keys[partner] = x;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  // Every forced block is among the first topk (init + local <= topk); the visible blocks
+  // outnumber topk, so no padding key is.
+  for (int i = threadIdx.x; i < a.topk; i += kSelectThreads)
+    chosen[i] = 0x7FFFFFFF - static_cast<int32_t>(keys[i] & 0x7FFFFFFFull);
+  __syncthreads();
+  // Ascending order: each id's rank is the number of smaller chosen ids (all distinct).
+  for (int i = threadIdx.x; i < a.topk; i += kSelectThreads) {
+    const int32_t id = chosen[i];
+    int rank = 0;
+    for (int j = 0; j < a.topk; ++j) rank += chosen[j] < id;
+    out[rank] = id;
+  }
+}
+
+using ScoreKernel = void (*)(IndexerArgs);
+
+template <PageDType D>
+ScoreKernel score_kernel_for(int head_dim) {
+  switch (head_dim) {
+    case 16: return indexer_score_kernel<D, 16>;
+    case 32: return indexer_score_kernel<D, 32>;
+    case 64: return indexer_score_kernel<D, 64>;
+    case 128: return indexer_score_kernel<D, 128>;
+    case 256: return indexer_score_kernel<D, 256>;
+    default: return nullptr;
+  }
+}
+
+ScoreKernel score_kernel(const IndexerArgs& a) {
+  switch (a.dtype) {
+    case PageDType::kFP32: return score_kernel_for<PageDType::kFP32>(a.head_dim);
+    case PageDType::kBF16: return score_kernel_for<PageDType::kBF16>(a.head_dim);
+    case PageDType::kFP8: return score_kernel_for<PageDType::kFP8>(a.head_dim);
+    case PageDType::kNVFP4: return score_kernel_for<PageDType::kNVFP4>(a.head_dim);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+size_t indexer_score_smem_bytes(const IndexerArgs& a) {
+  const int heads_padded = (a.heads + kHeadsPerPass - 1) / kHeadsPerPass * kHeadsPerPass;
+  return static_cast<size_t>(heads_padded) * a.head_dim * sizeof(float);
+}
+
+size_t indexer_select_smem_bytes(const IndexerArgs& a) {
+  size_t n = 2;
+  while (n < static_cast<size_t>(a.max_blocks)) n <<= 1;
+  return n * sizeof(unsigned long long);
+}
+
+cudaError_t indexer_score_ctas_per_sm(const IndexerArgs& a, int& ctas) {
+  const ScoreKernel kernel = score_kernel(a);
+  if (kernel == nullptr) return cudaErrorInvalidValue;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kScoreThreads, indexer_score_smem_bytes(a));
+}
+
+cudaError_t launch_indexer_scores(const IndexerArgs& a, unsigned splits, cudaStream_t stream) {
+  const ScoreKernel kernel = score_kernel(a);
+  if (kernel == nullptr) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(a.tokens), splits);
+  kernel<<<grid, kScoreThreads, indexer_score_smem_bytes(a), stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_indexer_select(const IndexerArgs& a, cudaStream_t stream) {
+  const size_t smem = indexer_select_smem_bytes(a);
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(indexer_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.heads));
+  indexer_select_kernel<<<grid, kSelectThreads, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace fp4::cuda::detail

@@ -1,0 +1,76 @@
+// The MSA indexer on the GPU: fp4::cpu::indexer_topk's contract (backend/model_ops.h) with the
+// same selections, bit for bit. Design and numbers: docs/kernels/indexer.md.
+//
+// Two launches. Scores: grid (tokens, splits); each CTA reads its range of a token's index-K
+// pages once and scores them for every index head, one key per thread, into the block scores
+// [tokens, heads, max_blocks] FP32 (-inf beyond the visible blocks). Select: one CTA per
+// (token, head) sorts (forced, score, -block) keys and writes the top-k ids ascending. The
+// dot products are the CPU's operation for operation (four strided partial sums, combined as
+// (s0 + s2) + (s1 + s3)), so the scores, and hence the selections, equal the reference's.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/model_ops.h"
+
+namespace fp4::cuda {
+
+// Device scratch indexer_topk needs for these shapes: the block scores, tokens x heads x
+// max_blocks floats.
+size_t indexer_topk_workspace_bytes(const IndexerTopkParams& p);
+
+// Pointers in `p` are device pointers, except p.layout, a host object read at the call. Index
+// pages of FP32, BF16, FP8 (scale p.scale) or NVFP4 (no global scale); index_head_dim 16, 32,
+// 64, 128 or 256; max_blocks up to 16384; topk up to 256. Asynchronous on `stream`; the grid
+// depends on the shapes only (tokens, heads, max_blocks, the SM count), so the launches can be
+// captured in a CUDA graph. Device data the host cannot check is made safe instead: a
+// block-table entry outside the pool scores as an empty block, and positions beyond the
+// block table see max_blocks blocks (the CPU reference throws on both).
+void indexer_topk(const IndexerTopkParams& p, void* workspace, size_t workspace_bytes,
+                  cudaStream_t stream);
+
+// Same, with the scratch taken from the stream-ordered allocator (cudaMallocAsync /
+// cudaFreeAsync, both capturable).
+void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream);
+
+namespace detail {
+
+// What the kernels need, by value (the host PageLayout does not travel).
+struct IndexerArgs {
+  const int32_t* positions = nullptr;     // [tokens]
+  const int32_t* seq_of_token = nullptr;  // [tokens]
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks]
+  int64_t tokens = 0, max_blocks = 0;
+  const uint8_t* pool = nullptr;          // [num_pages, page_bytes]
+  int64_t num_pages = 0, page_bytes = 0;
+  int64_t codes_offset = 0, scales_offset = 0;  // of the K regions in a page
+  int page_tokens = 0;
+  kvcache::PageDType dtype = kvcache::PageDType::kFP32;
+  float scale = 1.0f;                     // FP8 dequantization scale
+  const float* index_q = nullptr;         // [tokens, heads, head_dim]
+  int heads = 0, head_dim = 0;
+  int topk = 0, init_blocks = 0, local_blocks = 0;
+  int blocks_per_split = 0;               // blocks each scoring CTA covers
+  float* scores = nullptr;                // [tokens, heads, max_blocks]
+  int32_t* selected = nullptr;            // [heads, tokens, topk]
+};
+
+constexpr int kScoreThreads = 128;   // one key of a 128-token page per thread
+constexpr int kSelectThreads = 256;
+constexpr int kMaxTopk = 256;
+constexpr int64_t kMaxBlocks = 16384;  // the select CTA sorts next_pow2(max_blocks) 8-byte keys
+
+// Scoring CTAs that fit on the device at once, for choosing the split.
+cudaError_t indexer_score_ctas_per_sm(const IndexerArgs& a, int& ctas);
+// Dynamic shared memory of each launch, for the checks.
+size_t indexer_score_smem_bytes(const IndexerArgs& a);
+size_t indexer_select_smem_bytes(const IndexerArgs& a);
+
+cudaError_t launch_indexer_scores(const IndexerArgs& a, unsigned splits, cudaStream_t stream);
+cudaError_t launch_indexer_select(const IndexerArgs& a, cudaStream_t stream);
+
+}  // namespace detail
+}  // namespace fp4::cuda

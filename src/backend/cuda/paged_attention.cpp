@@ -1,0 +1,199 @@
+#include "backend/cuda/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/paged_attention_launch.h"
+
+namespace fp4::cuda {
+namespace {
+
+using kvcache::PageDType;
+
+// CTAs per SM the split rule aims at: the tensor-core kernel fits five per SM (44 KB of shared
+// memory each at head_dim 128), and a few more CTAs than SMs keep every SM busy while the
+// slowest finish.
+constexpr int64_t kCtasPerSm = 4;
+constexpr int64_t kMaxGridYZ = 65535;
+constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+detail::KvFormat kv_format(PageDType dtype) {
+  switch (dtype) {
+    case PageDType::kFP32: return detail::KvFormat::kF32;
+    case PageDType::kBF16: return detail::KvFormat::kBF16;
+    case PageDType::kFP8: return detail::KvFormat::kFP8;
+    case PageDType::kNVFP4: return detail::KvFormat::kNVFP4;
+  }
+  fail_internal("paged_attention: unknown page dtype {}", static_cast<int>(dtype));
+}
+
+void check_params(const PagedAttentionParams& p) {
+  const PagedContext& c = p.ctx;
+  FP4_CHECK(p.layout != nullptr, "cuda paged_attention: the page layout is missing");
+  const kvcache::PageLayout& l = *p.layout;
+  FP4_CHECK(l.has_v, "cuda paged_attention: the layout is an index-K page; attention reads K/V pages");
+  FP4_CHECK(p.kv_heads > 0 && p.q_heads > 0 && p.q_heads % p.kv_heads == 0,
+            "cuda paged_attention: {} query heads do not split over {} KV heads", p.q_heads, p.kv_heads);
+  FP4_CHECK(p.q_heads / p.kv_heads <= 16, "cuda paged_attention: {} query heads per KV head; the "
+            "kernels take at most 16", p.q_heads / p.kv_heads);
+  FP4_CHECK(p.head_dim == 32 || p.head_dim == 64 || p.head_dim == 128,
+            "cuda paged_attention: head_dim {} is not supported (32, 64 or 128)", p.head_dim);
+  FP4_CHECK(l.heads == p.kv_heads && l.head_dim == p.head_dim && l.groups == l.heads,
+            "cuda paged_attention: the page layout holds {} heads of {} dims in {} groups, the params "
+            "{} KV heads of {} dims (one group per head)", l.heads, l.head_dim, l.groups, p.kv_heads,
+            p.head_dim);
+  FP4_CHECK(l.page_tokens == detail::kBlockTokens, "cuda paged_attention: pages of {} tokens, the "
+            "kernels read {}-token pages", l.page_tokens, detail::kBlockTokens);
+  FP4_CHECK(l.page_bytes % 16 == 0 && l.k_codes.offset % 16 == 0 && l.v_codes.offset % 16 == 0,
+            "cuda paged_attention: page regions must start on 16-byte boundaries");
+  FP4_CHECK(c.tokens >= 0 && c.tokens <= kMaxInt, "cuda paged_attention: {} tokens", c.tokens);
+  if (c.tokens == 0) return;
+  FP4_CHECK(c.positions && c.seq_of_token && c.block_tables,
+            "cuda paged_attention: positions, seq_of_token and block_tables are required");
+  FP4_CHECK(c.num_seqs > 0 && c.num_seqs <= kMaxInt && c.max_blocks > 0 && c.max_blocks <= kMaxInt,
+            "cuda paged_attention: {} sequences of {} block-table entries", c.num_seqs, c.max_blocks);
+  FP4_CHECK(p.pool != nullptr && p.num_pages > 0 && aligned16(p.pool),
+            "cuda paged_attention: the pool must be {} pages at a 16-byte aligned address", p.num_pages);
+  FP4_CHECK(p.q && p.out && aligned16(p.q) && aligned16(p.out),
+            "cuda paged_attention: q and out must be 16-byte aligned device arrays");
+  FP4_CHECK(p.kv_heads <= kMaxGridYZ, "cuda paged_attention: {} KV heads exceed a grid", p.kv_heads);
+  FP4_CHECK(p.selected == nullptr || (p.topk > 0 && p.topk <= kMaxInt),
+            "cuda paged_attention: a selection needs topk > 0, got {}", p.topk);
+  FP4_CHECK(std::isfinite(p.softmax_scale), "cuda paged_attention: softmax_scale {} is not finite",
+            p.softmax_scale);
+  if (l.dtype == PageDType::kFP8 || l.dtype == PageDType::kNVFP4) {
+    for (float s : {p.scales.k, p.scales.v}) {
+      FP4_CHECK(std::isfinite(s) && s > 0.0f, "cuda paged_attention: {} page scales must be finite "
+                "and positive, got K {} V {}", kvcache::page_dtype_name(l.dtype), p.scales.k, p.scales.v);
+    }
+  }
+  FP4_CHECK(c.tokens * p.q_heads * (p.head_dim / 4) / 256 < kMaxInt,
+            "cuda paged_attention: {} tokens of {} heads are too many for one launch", c.tokens, p.q_heads);
+}
+
+detail::AttentionKernel resolve(AttentionKernelChoice choice, PageDType dtype) {
+  const bool fp32 = dtype == PageDType::kFP32;
+  switch (choice) {
+    case AttentionKernelChoice::kAuto:
+      return fp32 ? detail::AttentionKernel::kCudaCore : detail::AttentionKernel::kTensorCore;
+    case AttentionKernelChoice::kCudaCore: return detail::AttentionKernel::kCudaCore;
+    case AttentionKernelChoice::kTensorCore:
+      FP4_CHECK(!fp32, "cuda paged_attention: the tensor-core kernel needs BF16, FP8 or NVFP4 "
+                "pages (FP32 keys are not exact in BF16)");
+      return detail::AttentionKernel::kTensorCore;
+  }
+  fail_internal("paged_attention: unknown kernel choice {}", static_cast<int>(choice));
+}
+
+struct SplitPlan {
+  int splits = 1;
+  int per = 1;  // blocks (dense) or selection slots (sparse) per split
+};
+
+// A function of shapes only (and the SM count), so a captured CUDA graph stays valid: split the
+// items until tokens x KV heads x splits reaches kCtasPerSm CTAs per SM, then even out the
+// splits so that none is left without items.
+SplitPlan plan_splits(const PagedAttentionParams& p, const PagedAttentionOptions& options) {
+  const int64_t items = p.selected != nullptr ? p.topk : p.ctx.max_blocks;
+  int64_t want = options.splits;
+  if (want <= 0) {
+    int device = 0, sms = 0;
+    FP4_CUDA_CHECK(cudaGetDevice(&device));
+    FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int64_t base = p.ctx.tokens * p.kv_heads;
+    want = (kCtasPerSm * sms + base - 1) / base;
+  }
+  want = std::clamp<int64_t>(want, 1, std::min(items, kMaxGridYZ));
+  const int64_t per = (items + want - 1) / want;
+  return {static_cast<int>((items + per - 1) / per), static_cast<int>(per)};
+}
+
+int64_t round_up(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// [splits, tokens, q_heads, head_dim] partial outputs, then [splits, tokens, q_heads] lse.
+int64_t partial_out_bytes(const PagedAttentionParams& p, const SplitPlan& plan) {
+  return round_up(int64_t{plan.splits} * p.ctx.tokens * p.q_heads * p.head_dim * 4);
+}
+
+size_t workspace_bytes(const PagedAttentionParams& p, const SplitPlan& plan) {
+  if (plan.splits == 1) return 0;
+  return static_cast<size_t>(partial_out_bytes(p, plan) +
+                             round_up(int64_t{plan.splits} * p.ctx.tokens * p.q_heads * 4));
+}
+
+}  // namespace
+
+size_t paged_attention_workspace_bytes(const PagedAttentionParams& p,
+                                       const PagedAttentionOptions& options) {
+  check_params(p);
+  (void)resolve(options.kernel, p.layout->dtype);
+  if (p.ctx.tokens == 0) return 0;
+  return workspace_bytes(p, plan_splits(p, options));
+}
+
+void paged_attention(const PagedAttentionParams& p, void* workspace, size_t workspace_size,
+                     cudaStream_t stream, const PagedAttentionOptions& options) {
+  check_params(p);
+  if (p.ctx.tokens == 0) return;
+  const kvcache::PageLayout& l = *p.layout;
+  const detail::AttentionKernel kernel = resolve(options.kernel, l.dtype);
+  const SplitPlan plan = plan_splits(p, options);
+  const size_t need = workspace_bytes(p, plan);
+  FP4_CHECK(need == 0 || (workspace != nullptr && workspace_size >= need && aligned16(workspace)),
+            "cuda paged_attention: {} splits need a 16-byte aligned workspace of {} bytes, got {} "
+            "bytes at {}", plan.splits, need, workspace_size, workspace);
+
+  detail::AttentionArgs a;
+  a.positions = p.ctx.positions;
+  a.seq_of_token = p.ctx.seq_of_token;
+  a.block_tables = p.ctx.block_tables;
+  a.selected = p.selected;
+  a.tokens = static_cast<int>(p.ctx.tokens);
+  a.num_seqs = static_cast<int>(p.ctx.num_seqs);
+  a.max_blocks = static_cast<int>(p.ctx.max_blocks);
+  a.topk = p.selected != nullptr ? static_cast<int>(p.topk) : 0;
+  a.pool = p.pool;
+  a.num_pages = p.num_pages;
+  a.page_bytes = l.page_bytes;
+  a.k_codes = l.k_codes.offset;
+  a.k_scales = l.k_scales.offset;
+  a.v_codes = l.v_codes.offset;
+  a.v_scales = l.v_scales.offset;
+  a.format = kv_format(l.dtype);
+  const bool scaled = l.dtype == PageDType::kFP8 || l.dtype == PageDType::kNVFP4;
+  a.k_scale = scaled ? p.scales.k : 1.0f;
+  a.v_scale = scaled ? p.scales.v : 1.0f;
+  a.q = p.q;
+  a.out = p.out;
+  a.q_heads = static_cast<int>(p.q_heads);
+  a.kv_heads = static_cast<int>(p.kv_heads);
+  a.group = static_cast<int>(p.q_heads / p.kv_heads);
+  a.head_dim = static_cast<int>(p.head_dim);
+  a.score_scale = static_cast<float>(double{p.softmax_scale} * 1.4426950408889634);  // log2(e)
+  a.splits = plan.splits;
+  a.blocks_per_split = plan.per;
+  if (plan.splits > 1) {
+    a.partial_out = static_cast<float*>(workspace);
+    a.partial_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + partial_out_bytes(p, plan));
+  }
+  FP4_CUDA_CHECK(detail::launch_paged_attention(a, kernel, stream));
+}
+
+void paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
+  const size_t bytes = paged_attention_workspace_bytes(p);
+  void* workspace = nullptr;
+  if (bytes > 0) FP4_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
+  try {
+    paged_attention(p, workspace, bytes, stream);
+  } catch (...) {
+    if (workspace != nullptr) (void)cudaFreeAsync(workspace, stream);
+    throw;
+  }
+  if (workspace != nullptr) FP4_CUDA_CHECK(cudaFreeAsync(workspace, stream));
+}
+
+}  // namespace fp4::cuda

@@ -1,0 +1,118 @@
+// Device code shared by the two paged attention kernels: which blocks a CTA reads, how an
+// invalid index is handled, and where a finished row goes.
+//
+// Device code cannot throw, and the step's indices live in device memory, so the kernels check
+// what the CPU reference rejects (a sequence or page out of range, a selected block after the
+// token's own or past the block table) and turn the whole (token, KV head) output into NaN
+// instead of reading out of bounds. Negative selection ids are padding, as on the CPU.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/paged_attention_launch.h"
+
+namespace fp4::cuda::detail {
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+__device__ __forceinline__ float nan_f32() { return __int_as_float(0x7fc00000); }
+
+// The (token, KV head, split) a CTA computes and the items (blocks when dense, selection slots
+// when sparse) of its split.
+struct CtaWork {
+  int t, g, split;
+  int pos, seq;
+  int first, last;
+  bool bad;
+};
+
+__device__ __forceinline__ CtaWork cta_work(const AttentionArgs& a) {
+  CtaWork w;
+  w.t = blockIdx.x;
+  w.g = blockIdx.y;
+  w.split = blockIdx.z;
+  w.pos = a.positions[w.t];
+  w.seq = a.seq_of_token[w.t];
+  w.bad = w.pos < 0 || w.seq < 0 || w.seq >= a.num_seqs;
+  const int items = w.bad ? 0 : (a.selected != nullptr ? a.topk : w.pos / kBlockTokens + 1);
+  w.first = w.split * a.blocks_per_split;
+  w.last = min(items, w.first + a.blocks_per_split);
+  return w;
+}
+
+// The page of item i and its count of visible keys, or nullptr for padding and for an invalid
+// index (which also sets w.bad). Every thread of the CTA reads the same values, so the caller's
+// branches on the result are uniform.
+__device__ __forceinline__ const uint8_t* item_page(const AttentionArgs& a, CtaWork& w, int i,
+                                                    int& keys) {
+  const int block =
+      a.selected != nullptr ? a.selected[(int64_t{w.g} * a.tokens + w.t) * a.topk + i] : i;
+  if (block < 0) return nullptr;
+  if (block > w.pos / kBlockTokens || block >= a.max_blocks) {
+    w.bad = true;
+    return nullptr;
+  }
+  const int page = a.block_tables[int64_t{w.seq} * a.max_blocks + block];
+  if (page < 0 || page >= a.num_pages) {
+    w.bad = true;
+    return nullptr;
+  }
+  keys = min(kBlockTokens, w.pos + 1 - block * kBlockTokens);
+  return a.pool + int64_t{page} * a.page_bytes;
+}
+
+// Row of query head h of the CTA's group: the output itself when there is one split, else
+// this split's partial output.
+__device__ __forceinline__ int64_t out_row(const AttentionArgs& a, const CtaWork& w, int h) {
+  return int64_t{w.t} * a.q_heads + int64_t{w.g} * a.group + h;
+}
+
+__device__ __forceinline__ float* out_ptr(const AttentionArgs& a, const CtaWork& w, int h) {
+  const int64_t row = out_row(a, w, h);
+  if (a.splits == 1) return a.out + row * a.head_dim;
+  return a.partial_out + (int64_t{w.split} * a.tokens * a.q_heads + row) * a.head_dim;
+}
+
+// A finished row's normalizer: the output is acc * scale where scale folds 1/l and the V scale
+// the kernel left out. With one split, l == 0 (no key at all) gives 0/0 = NaN as on the CPU; a
+// split with no key writes zeros and lse = -inf, which the merge ignores.
+struct RowEnd {
+  float scale;
+  float lse;
+};
+
+__device__ __forceinline__ RowEnd row_end(const AttentionArgs& a, const CtaWork& w, float m,
+                                          float l, float v_scale) {
+  if (w.bad) return {nan_f32(), nan_f32()};
+  if (a.splits > 1 && l == 0.0f) return {0.0f, neg_inf()};
+  return {v_scale / l, m + log2f(l)};
+}
+
+__device__ __forceinline__ void store_lse(const AttentionArgs& a, const CtaWork& w, int h,
+                                          float lse) {
+  if (a.splits > 1) a.partial_lse[int64_t{w.split} * a.tokens * a.q_heads + out_row(a, w, h)] = lse;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// The online-softmax step of one row: the new running max, the factor that rescales what was
+// accumulated, and exp2 of a logit. -inf logits (masked keys) weigh exactly 0, and a row that
+// has seen only -inf keeps factor 1 instead of exp2(-inf - -inf) = NaN.
+__device__ __forceinline__ float rescale_factor(float m_old, float m_new) {
+  return m_old == m_new ? 1.0f : exp2f(m_old - m_new);
+}
+
+__device__ __forceinline__ float weight(float s, float m) {
+  return s == neg_inf() ? 0.0f : exp2f(s - m);
+}
+
+}  // namespace fp4::cuda::detail

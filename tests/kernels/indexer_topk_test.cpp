@@ -1,0 +1,339 @@
+// The CUDA MSA indexer against fp4::cpu::indexer_topk on the same pages: several sequences per
+// step with shuffled page tables, contexts around the 128-token page and the 16-block (2048-token)
+// dense limit, every index page format, init blocks 0 and 1. Small-integer inputs make ties
+// common, so the tie rule (lower block id) is checked exactly; Gaussian inputs may differ only
+// at a near-tie of the selection boundary, within a derived float tolerance. The kernel repeats
+// the reference's summation order, so no such near-tie is expected: each is counted and printed.
+// Outputs are poisoned with two patterns (0xFF is also the -1 padding, 0x5A is not), and the
+// score workspace with NaN, so an entry the kernels fail to write cannot match by luck.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <iterator>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/indexer_topk.h"
+#include "kvcache/page_io.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/random.h"
+
+namespace fp4 {
+namespace {
+
+using kvcache::PageDType;
+constexpr double kEps32 = 0x1p-24;
+constexpr int kPage = kvcache::kPageTokens;
+
+// The sequences of one step: each has `queries` tokens at the end of its context, and its
+// blocks on pages drawn at random from a shuffled pool (3 pages spare).
+struct Batch {
+  std::vector<int32_t> context, positions, seq_of_token, tables;
+  int64_t num_seqs = 0, max_blocks = 0, num_pages = 0;
+
+  Batch(const std::vector<int32_t>& contexts, int queries, std::mt19937_64& rng) : context(contexts) {
+    num_seqs = static_cast<int64_t>(contexts.size());
+    for (int32_t c : contexts) max_blocks = std::max<int64_t>(max_blocks, (c + kPage - 1) / kPage);
+    num_pages = num_seqs * max_blocks + 3;
+    std::vector<int32_t> pages(num_pages);
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), rng);
+    tables.assign(num_seqs * max_blocks, -1);
+    int next = 0;
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      for (int64_t b = 0; b < (contexts[s] + kPage - 1) / kPage; ++b) tables[s * max_blocks + b] = pages[next++];
+      for (int q = std::max(0, contexts[s] - queries); q < contexts[s]; ++q) {
+        positions.push_back(q);
+        seq_of_token.push_back(static_cast<int32_t>(s));
+      }
+    }
+  }
+  int64_t tokens() const { return static_cast<int64_t>(positions.size()); }
+  int64_t slot(int64_t s, int64_t pos) const { return int64_t{tables[s * max_blocks + pos / kPage]} * kPage + pos % kPage; }
+};
+
+enum class Values { kSmallIntegers, kGaussian };
+
+std::vector<float> make_values(size_t n, Values kind, std::mt19937_64& rng) {
+  if (kind == Values::kGaussian) return testing::random_floats(n, testing::Distribution::kGaussian, rng);
+  std::uniform_int_distribution<int> d(-3, 3);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(d(rng));
+  return v;
+}
+
+struct Geometry {
+  int64_t heads, dim, topk, init, local;
+};
+
+std::string describe(PageDType dtype, const Geometry& g, Values kind) {
+  return std::string(kvcache::page_dtype_name(dtype)) + " heads " + std::to_string(g.heads) + " dim " +
+         std::to_string(g.dim) + " top-" + std::to_string(g.topk) + " init " + std::to_string(g.init) +
+         " local " + std::to_string(g.local) + (kind == Values::kGaussian ? " gaussian" : " integers");
+}
+
+// One step's inputs on the host and the device.
+struct Case {
+  Batch batch;
+  Geometry geo;
+  kvcache::PageLayout layout;
+  float scale = 1.0f;
+  std::vector<uint8_t> pool;
+  std::vector<float> q;
+  std::vector<std::vector<float>> keys_seen;  // per sequence, the dequantized keys [context, dim]
+  cuda::DeviceBuffer d_pool, d_q, d_positions, d_seqs, d_tables, d_selected, d_workspace;
+
+  Case(const std::vector<int32_t>& contexts, int queries, PageDType dtype, const Geometry& g, Values kind,
+       std::mt19937_64& rng)
+      : batch(contexts, queries, rng), geo(g), layout(kvcache::index_page_layout(dtype, static_cast<int>(g.dim))) {
+    if (dtype == PageDType::kFP8) scale = std::exp2(std::uniform_real_distribution<float>(-4.0f, 2.0f)(rng));
+    pool.assign(batch.num_pages * layout.page_bytes, 0xFF);  // unwritten slots read as NaN
+    keys_seen.resize(batch.num_seqs);
+    for (int64_t s = 0; s < batch.num_seqs; ++s) {
+      const int64_t n = batch.context[s];
+      const auto keys = make_values(n * g.dim, kind, rng);
+      std::vector<int64_t> slots(n);
+      for (int64_t j = 0; j < n; ++j) slots[j] = batch.slot(s, j);
+      cpu::cache_insert({.layout = &layout, .pool = pool.data(), .num_pages = batch.num_pages, .k = keys.data(),
+                         .v = nullptr, .slots = slots.data(), .tokens = n, .scales = {scale, 1.0f}});
+      keys_seen[s].resize(keys.size());
+      for (int64_t j = 0; j < n; j += kPage) {
+        kvcache::read_index_page(layout, &pool[slots[j] / kPage * layout.page_bytes],
+                                 static_cast<int>(std::min<int64_t>(kPage, n - j)), &keys_seen[s][j * g.dim], scale);
+      }
+    }
+    q = make_values(batch.tokens() * g.heads * g.dim, kind, rng);
+    d_pool = upload(pool);
+    d_q = upload(q);
+    d_positions = upload(batch.positions);
+    d_seqs = upload(batch.seq_of_token);
+    d_tables = upload(batch.tables);
+    d_selected = cuda::DeviceBuffer(selected_count() * sizeof(int32_t));
+  }
+
+  template <typename T>
+  static cuda::DeviceBuffer upload(const std::vector<T>& v) {
+    cuda::DeviceBuffer d(v.size() * sizeof(T));
+    d.upload(v.data(), v.size() * sizeof(T));
+    return d;
+  }
+
+  size_t selected_count() const { return static_cast<size_t>(geo.heads * batch.tokens() * geo.topk); }
+
+  IndexerTopkParams params(bool device, int32_t* selected) const {
+    const PagedContext ctx{device ? d_positions.as<int32_t>() : batch.positions.data(),
+                           device ? d_seqs.as<int32_t>() : batch.seq_of_token.data(),
+                           device ? d_tables.as<int32_t>() : batch.tables.data(),
+                           batch.tokens(), batch.num_seqs, batch.max_blocks};
+    return {.ctx = ctx, .layout = &layout, .pool = device ? d_pool.as<uint8_t>() : pool.data(),
+            .num_pages = batch.num_pages, .scale = scale, .index_q = device ? d_q.as<float>() : q.data(),
+            .heads = geo.heads, .head_dim = geo.dim, .topk = geo.topk, .init_blocks = geo.init,
+            .local_blocks = geo.local, .selected = selected};
+  }
+
+  std::vector<int32_t> run_cpu() const {
+    std::vector<int32_t> out(selected_count(), 7);
+    cpu::indexer_topk(params(false, out.data()));
+    return out;
+  }
+
+  // Block scores in double and the bound of their float rounding: max over the block's keys of
+  // sum |q_e k_e|.
+  void exact_scores(int64_t t, int64_t h, std::vector<double>& score, std::vector<double>& magnitude) const {
+    const int64_t s = batch.seq_of_token[t], pos = batch.positions[t], d = geo.dim;
+    const float* qh = &q[(t * geo.heads + h) * d];
+    score.assign(pos / kPage + 1, -INFINITY);
+    magnitude.assign(pos / kPage + 1, 0.0);
+    for (int64_t j = 0; j <= pos; ++j) {
+      double dot = 0, abs_sum = 0;
+      for (int64_t e = 0; e < d; ++e) {
+        const double p = double{qh[e]} * keys_seen[s][j * d + e];
+        dot += p;
+        abs_sum += std::abs(p);
+      }
+      score[j / kPage] = std::max(score[j / kPage], dot);
+      magnitude[j / kPage] = std::max(magnitude[j / kPage], abs_sum);
+    }
+  }
+};
+
+// Compares the GPU's selection with the CPU's; returns the number of near-tie differences
+// (always an error for exact inputs).
+int compare(const Case& c, const std::vector<int32_t>& got, const std::vector<int32_t>& want, Values kind) {
+  int near_ties = 0;
+  const int64_t k = c.geo.topk, tokens = c.batch.tokens();
+  for (int64_t h = 0; h < c.geo.heads; ++h) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      const std::vector<int32_t> g(got.begin() + (h * tokens + t) * k, got.begin() + (h * tokens + t + 1) * k);
+      const std::vector<int32_t> w(want.begin() + (h * tokens + t) * k, want.begin() + (h * tokens + t + 1) * k);
+      if (g == w) continue;
+      const std::string where = "token " + std::to_string(t) + " at position " + std::to_string(c.batch.positions[t]) +
+                                " head " + std::to_string(h);
+      if (kind == Values::kSmallIntegers) {
+        ADD_FAILURE() << where << ": selections differ on exact inputs";
+        return near_ties;
+      }
+      // Same shape as the CPU's: as many ids, ascending and distinct, then -1.
+      const auto ids = [](const std::vector<int32_t>& v) {
+        return std::vector<int32_t>(v.begin(), std::find(v.begin(), v.end(), -1));
+      };
+      const std::vector<int32_t> gi = ids(g), wi = ids(w);
+      EXPECT_EQ(gi.size(), wi.size()) << where;
+      EXPECT_TRUE(std::adjacent_find(gi.begin(), gi.end(), std::greater_equal<int32_t>()) == gi.end()) << where;
+      EXPECT_TRUE(std::all_of(g.begin() + gi.size(), g.end(), [](int32_t b) { return b == -1; })) << where;
+      std::vector<double> score, magnitude;
+      c.exact_scores(t, h, score, magnitude);
+      std::vector<int32_t> only_cpu, only_gpu;
+      std::set_difference(wi.begin(), wi.end(), gi.begin(), gi.end(), std::back_inserter(only_cpu));
+      std::set_difference(gi.begin(), gi.end(), wi.begin(), wi.end(), std::back_inserter(only_gpu));
+      for (int32_t a : only_cpu) {
+        for (int32_t b : only_gpu) {
+          const auto blocks = static_cast<int32_t>(score.size());
+          if (a < 0 || a >= blocks || b < 0 || b >= blocks) {
+            ADD_FAILURE() << where << ": blocks " << a << ", " << b << " of " << blocks;
+            return near_ties;
+          }
+          // Each float score (CPU or GPU) is a max of dot products of length d summed as four
+          // chains of d/4 products, then 3 adds: off the exact value by at most
+          // (d/4 + 3) eps32 sum|q_e k_e|, and the max keeps that bound. The CPU ranks a above b
+          // and the GPU b above a only if their exact scores are within the two bounds; the
+          // double reference's own error is 2^-29 of that.
+          const double tol = (c.geo.dim / 4.0 + 3) * kEps32 * (magnitude[a] + magnitude[b]);
+          EXPECT_LE(std::abs(score[a] - score[b]), tol)
+              << where << ": the CPU took block " << a << ", the GPU block " << b;
+        }
+      }
+      ++near_ties;
+    }
+  }
+  return near_ties;
+}
+
+class IndexerKernel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
+  }
+
+  // Both entry points (caller's workspace, stream-ordered allocation), each after its own
+  // poison; returns the near-tie count of the last.
+  static int run_and_compare(Case& c, Values kind) {
+    const auto want = c.run_cpu();
+    std::vector<int32_t> got(c.selected_count());
+    const IndexerTopkParams p = c.params(true, c.d_selected.as<int32_t>());
+    c.d_workspace = cuda::DeviceBuffer(cuda::indexer_topk_workspace_bytes(p));
+    int near_ties = 0;
+    for (unsigned char poison : {0xFF, 0x5A}) {
+      c.d_selected.fill(poison);
+      c.d_workspace.fill(0xFF);
+      if (poison == 0xFF) cuda::indexer_topk(p, c.d_workspace.data(), c.d_workspace.bytes(), nullptr);
+      else cuda::indexer_topk(p, nullptr);
+      FP4_CUDA_CHECK(cudaDeviceSynchronize());
+      c.d_selected.download(got.data(), got.size() * sizeof(int32_t));
+      near_ties = compare(c, got, want, kind);
+    }
+    return near_ties;
+  }
+};
+
+const std::vector<int32_t> kContexts = {1, 127, 128, 2048, 2049, 2600, 70000};
+
+TEST_F(IndexerKernel, MatchesCpuOnEveryPageFormat) {
+  auto rng = testing::seeded_rng(11);
+  for (PageDType dtype : {PageDType::kFP32, PageDType::kBF16, PageDType::kFP8, PageDType::kNVFP4}) {
+    for (int64_t init : {0, 1}) {
+      for (Values kind : {Values::kSmallIntegers, Values::kGaussian}) {
+        const Geometry g{4, 128, 16, init, 1};  // M3: 4 index heads of 128, top-16
+        SCOPED_TRACE(describe(dtype, g, kind));
+        Case c(kContexts, 3, dtype, g, kind, rng);
+        const int near_ties = run_and_compare(c, kind);
+        if (HasFatalFailure()) return;
+        std::printf("[  INFO    ] %s: %d near-tie differences\n", describe(dtype, g, kind).c_str(), near_ties);
+      }
+    }
+  }
+}
+
+// Other shapes: heads that are not a multiple of the kernel's 4 per pass, small and large
+// head_dim, several local blocks, a short top-k.
+TEST_F(IndexerKernel, MatchesCpuOnOtherGeometries) {
+  auto rng = testing::seeded_rng(12);
+  for (const Geometry& g : {Geometry{2, 16, 16, 1, 1}, Geometry{5, 64, 8, 2, 2}, Geometry{1, 256, 16, 0, 3},
+                            Geometry{3, 32, 4, 0, 1}}) {
+    for (PageDType dtype : {PageDType::kFP32, PageDType::kBF16, PageDType::kFP8, PageDType::kNVFP4}) {
+      SCOPED_TRACE(describe(dtype, g, Values::kSmallIntegers));
+      Case c({1, 127, 129, 700, 2049, 2600}, 4, dtype, g, Values::kSmallIntegers, rng);
+      run_and_compare(c, Values::kSmallIntegers);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// The launches depend on shapes only, so a captured graph replays them on new data.
+TEST_F(IndexerKernel, ReplaysFromACapturedGraph) {
+  auto rng = testing::seeded_rng(13);
+  Case c({5, 300, 2049, 9000}, 2, PageDType::kNVFP4, {4, 128, 16, 0, 1}, Values::kSmallIntegers, rng);
+  const IndexerTopkParams p = c.params(true, c.d_selected.as<int32_t>());
+  cuda::DeviceBuffer workspace(cuda::indexer_topk_workspace_bytes(p));
+  cudaStream_t stream;
+  FP4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  FP4_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  cuda::indexer_topk(p, workspace.data(), workspace.bytes(), stream);
+  FP4_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  FP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<int32_t> got(c.selected_count());
+  for (int replay = 0; replay < 2; ++replay) {
+    // New queries each replay, written into the captured buffer.
+    c.q = make_values(c.q.size(), Values::kSmallIntegers, rng);
+    c.d_q.upload(c.q.data(), c.q.size() * sizeof(float));
+    c.d_selected.fill(replay == 0 ? 0xFF : 0x5A);
+    workspace.fill(0xFF);
+    FP4_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
+    c.d_selected.download(got.data(), got.size() * sizeof(int32_t));
+    compare(c, got, c.run_cpu(), Values::kSmallIntegers);
+  }
+  FP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  FP4_CUDA_CHECK(cudaGraphDestroy(graph));
+  FP4_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// Host-side checks, before anything touches the device (they run without a GPU too).
+TEST(IndexerKernelParams, RejectsWhatTheKernelsCannotTake) {
+  const auto layout = kvcache::index_page_layout(PageDType::kNVFP4, 128);
+  const int32_t positions[1] = {0}, seqs[1] = {0}, tables[1] = {0};
+  alignas(16) static uint8_t pool[9216];
+  float q[4 * 128] = {};
+  int32_t selected[4 * 16];
+  const IndexerTopkParams ok{.ctx = {positions, seqs, tables, 1, 1, 1}, .layout = &layout, .pool = pool,
+                             .num_pages = 1, .scale = 1.0f, .index_q = q, .heads = 4, .head_dim = 128,
+                             .topk = 16, .init_blocks = 0, .local_blocks = 1, .selected = selected};
+  auto with = [&](auto change) { IndexerTopkParams p = ok; change(p); return p; };
+  testing::expect_error([&] { cuda::indexer_topk(with([](auto& p) { p.head_dim = 64; }), nullptr); },
+                        {"head_dim 64", "128 values"});
+  testing::expect_error([&] { cuda::indexer_topk(with([](auto& p) { p.init_blocks = 16; }), nullptr); },
+                        {"16 init + 1 local", "top-16"});
+  testing::expect_error([&] { cuda::indexer_topk(with([](auto& p) { p.scale = 0.5f; }), nullptr); },
+                        {"NVFP4", "global scale"});
+  testing::expect_error([&] { cuda::indexer_topk(with([](auto& p) { p.topk = 300; }), nullptr); },
+                        {"topk 300"});
+  const auto kv = kvcache::kv_page_layout(PageDType::kNVFP4, 4, 128);
+  testing::expect_error([&] { cuda::indexer_topk(with([&](auto& p) { p.layout = &kv; }), nullptr); },
+                        {"key-only", "4 head(s) with V"});
+  const auto odd = kvcache::index_page_layout(PageDType::kBF16, 48);
+  testing::expect_error([&] { cuda::indexer_topk(with([&](auto& p) { p.layout = &odd; p.head_dim = 48; }), nullptr); },
+                        {"16, 32, 64, 128 or 256", "48"});
+  testing::expect_error([&] { cuda::indexer_topk(ok, nullptr, 0, nullptr); }, {"workspace"});
+}
+
+}  // namespace
+}  // namespace fp4

@@ -1,0 +1,127 @@
+// GPU indexer rows of `fp4serve bench`. Each decode step has one query per sequence at the end
+// of its context; every sequence owns its pages, scattered over the pool by a shuffled block
+// table. The pool's contents are 64 distinct pages of Gaussian keys written by the CPU
+// reference and replicated on the device (the timing does not depend on the values, and
+// uploading gigabytes would dominate the run).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/indexer_topk.h"
+#include "tools/fp4serve/bench_indexer.h"
+
+namespace fp4::bench {
+namespace {
+
+using kvcache::PageDType;
+
+constexpr int64_t kHeads = 4, kDim = 128, kTopk = 16;
+constexpr int64_t kDistinctPages = 64;
+constexpr int64_t kBatches[] = {1, 16, 64};
+constexpr int64_t kContexts[] = {8 * 1024, 64 * 1024, 256 * 1024};
+constexpr int64_t kCheckedBatch = 16, kCheckedContext = 8 * 1024;
+
+std::vector<float> gaussian(int64_t n, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// A pool of `pages` pages whose contents repeat kDistinctPages pages of real keys.
+cuda::DeviceBuffer make_pool(const kvcache::PageLayout& layout, float scale, int64_t pages,
+                             std::mt19937_64& rng) {
+  const int64_t page_tokens = layout.page_tokens;
+  std::vector<uint8_t> host(kDistinctPages * layout.page_bytes);
+  const auto keys = gaussian(kDistinctPages * page_tokens * kDim, rng);
+  std::vector<int64_t> slots(kDistinctPages * page_tokens);
+  std::iota(slots.begin(), slots.end(), 0);
+  cpu::cache_insert({.layout = &layout, .pool = host.data(), .num_pages = kDistinctPages, .k = keys.data(),
+                     .v = nullptr, .slots = slots.data(), .tokens = kDistinctPages * page_tokens,
+                     .scales = {scale, 1.0f}});
+  cuda::DeviceBuffer pool(static_cast<size_t>(pages * layout.page_bytes));
+  pool.upload(host.data(), host.size());
+  for (int64_t done = kDistinctPages; done < pages; done *= 2) {
+    const int64_t n = std::min(done, pages - done);
+    FP4_CUDA_CHECK(cudaMemcpy(pool.as<uint8_t>() + done * layout.page_bytes, pool.data(),
+                              static_cast<size_t>(n * layout.page_bytes), cudaMemcpyDeviceToDevice));
+  }
+  return pool;
+}
+
+template <typename T>
+cuda::DeviceBuffer upload(const std::vector<T>& v) {
+  cuda::DeviceBuffer d(v.size() * sizeof(T));
+  d.upload(v.data(), v.size() * sizeof(T));
+  return d;
+}
+
+}  // namespace
+
+std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int reps) {
+  std::vector<Row> rows;
+  std::mt19937_64 rng(0x1DE7);
+  const int64_t max_pages = kBatches[std::size(kBatches) - 1] * kContexts[std::size(kContexts) - 1] / kvcache::kPageTokens;
+  for (PageDType dtype : {PageDType::kBF16, PageDType::kFP8, PageDType::kNVFP4}) {
+    const kvcache::PageLayout layout = kvcache::index_page_layout(dtype, kDim);
+    const float scale = dtype == PageDType::kFP8 ? 1.0f / 64 : 1.0f;
+    const cuda::DeviceBuffer pool = make_pool(layout, scale, max_pages, rng);
+    const int64_t row_bytes = layout.code_row_bytes + layout.scale_row_bytes;
+    for (int64_t batch : kBatches) {
+      for (int64_t context : kContexts) {
+        const int64_t blocks = context / layout.page_tokens;
+        std::vector<int32_t> tables(batch * blocks), positions(batch, static_cast<int32_t>(context - 1)), seqs(batch);
+        std::iota(tables.begin(), tables.end(), 0);
+        std::shuffle(tables.begin(), tables.end(), rng);
+        std::iota(seqs.begin(), seqs.end(), 0);
+        const auto q = gaussian(batch * kHeads * kDim, rng);
+        const cuda::DeviceBuffer d_tables = upload(tables), d_positions = upload(positions), d_seqs = upload(seqs),
+                                 d_q = upload(q);
+        cuda::DeviceBuffer d_selected(kHeads * batch * kTopk * sizeof(int32_t));
+        IndexerTopkParams p{.ctx = {d_positions.as<int32_t>(), d_seqs.as<int32_t>(), d_tables.as<int32_t>(), batch,
+                                    batch, blocks},
+                            .layout = &layout, .pool = pool.as<uint8_t>(), .num_pages = max_pages, .scale = scale,
+                            .index_q = d_q.as<float>(), .heads = kHeads, .head_dim = kDim, .topk = kTopk,
+                            .init_blocks = 0, .local_blocks = 1, .selected = d_selected.as<int32_t>()};
+        const cuda::DeviceBuffer workspace(cuda::indexer_topk_workspace_bytes(p));
+        auto run = [&](cudaStream_t s) { cuda::indexer_topk(p, workspace.data(), workspace.bytes(), s); };
+
+        bool validated = false;
+        if (batch == kCheckedBatch && context == kCheckedContext) {
+          // The CPU reference on the same pages: the step uses pages 0 .. batch * blocks - 1.
+          std::vector<uint8_t> host_pool(static_cast<size_t>(batch * blocks * layout.page_bytes));
+          pool.download(host_pool.data(), host_pool.size());
+          std::vector<int32_t> want(kHeads * batch * kTopk), got(want.size());
+          IndexerTopkParams c = p;
+          c.ctx = {positions.data(), seqs.data(), tables.data(), batch, batch, blocks};
+          c.pool = host_pool.data();
+          c.num_pages = batch * blocks;
+          c.index_q = q.data();
+          c.selected = want.data();
+          cpu::indexer_topk(c);
+          d_selected.fill(0x5A);
+          run(nullptr);
+          FP4_CUDA_CHECK(cudaDeviceSynchronize());
+          d_selected.download(got.data(), got.size() * sizeof(int32_t));
+          if (got != want)
+            fail_internal("indexer_topk on {} pages disagrees with the CPU reference (batch {}, context {})",
+                          kvcache::page_dtype_name(dtype), batch, context);
+          validated = true;
+        }
+        const double ms = cuda::median_ms(run, 3, reps);
+        const double bytes = double(batch * context * row_bytes) + double(q.size() * sizeof(float)) +
+                             double(kHeads * batch * kTopk * sizeof(int32_t));
+        rows.push_back({device, fmt::format("indexer top-{} {}", kTopk, kvcache::page_dtype_name(dtype)),
+                        fmt::format("batch {} x {}K", batch, context / 1024), bytes, ms, copy_gbps, validated});
+      }
+    }
+  }
+  return rows;
+}
+
+}  // namespace fp4::bench
