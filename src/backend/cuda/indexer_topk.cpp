@@ -51,9 +51,14 @@ detail::IndexerArgs checked_args(const IndexerTopkParams& p) {
             c.num_seqs);
   FP4_CHECK(c.tokens == 0 || (p.pool && p.index_q && p.selected && p.num_pages > 0),
             "indexer_topk: the pool ({} pages), index_q and selected are required", p.num_pages);
-  // Every key row and scale row then starts on its own vector's boundary (page_layout.h sizes).
-  FP4_CHECK(aligned16(p.pool) && l.page_bytes % 16 == 0 && l.k_scales.offset % 16 == 0,
-            "indexer_topk: the pool and its {}-byte pages must be 16-byte aligned", l.page_bytes);
+  FP4_CHECK(l.page_tokens > 0 && l.page_tokens <= detail::kMaxPageTokens,
+            "indexer_topk: the CUDA kernels take pages of up to {} tokens, got {}",
+            detail::kMaxPageTokens, l.page_tokens);
+  // Pages are copied in 16-byte pieces (every layout of 128-token pages qualifies).
+  FP4_CHECK(aligned16(p.pool) && l.page_bytes % 16 == 0 && l.k_scales.offset % 16 == 0 &&
+                l.k_codes.bytes % 16 == 0 && l.k_scales.bytes % 16 == 0,
+            "indexer_topk: the pool, its {}-byte pages and their regions must be 16-byte aligned",
+            l.page_bytes);
 
   detail::IndexerArgs a;
   a.positions = c.positions;
@@ -76,9 +81,9 @@ detail::IndexerArgs checked_args(const IndexerTopkParams& p) {
   a.init_blocks = static_cast<int>(p.init_blocks);
   a.local_blocks = static_cast<int>(p.local_blocks);
   a.selected = p.selected;
-  FP4_CHECK(detail::indexer_score_smem_bytes(a) <= 48 * 1024,
-            "indexer_topk: {} index heads of {} values exceed the kernel's 48 KiB of queries",
-            p.heads, p.head_dim);
+  FP4_CHECK(detail::indexer_score_smem_bytes(a) <= detail::kMaxScoreSmem,
+            "indexer_topk: {} index heads of {} values do not fit in shared memory beside the "
+            "pages", p.heads, p.head_dim);
   return a;
 }
 

@@ -1,7 +1,7 @@
-// Kernels of the MSA indexer (docs/kernels/indexer.md). Scoring reads each index-K row once
-// per token, straight from global memory into registers (one key per thread, 16-byte loads),
-// decodes it with the formats/ codecs and takes its dot product with every index head's query,
-// which the CTA keeps in shared memory. Products and sums are separate IEEE operations in the
+// Kernels of the MSA indexer (docs/kernels/indexer.md). Scoring streams each of a token's
+// index-K pages once through shared memory (coalesced 16-byte asynchronous copies, double
+// buffered); each thread then decodes one key with the formats/ codecs and takes its dot
+// product with every index head's query. Products and sums are separate IEEE operations in the
 // CPU reference's order, so each score is the reference's float.
 #include <cuda_runtime.h>
 
@@ -25,7 +25,7 @@ struct Rows {
   static constexpr int kCodeBytes = static_cast<int>(kvcache::page_code_bytes(D, kDim));
   static constexpr int kScaleBytes = D == PageDType::kNVFP4 ? kDim / kChunk : 0;
   static constexpr int kCodeStride = kCodeBytes % 32 == 0 ? kCodeBytes + 16 : kCodeBytes;
-  static constexpr int stage_bytes(int page_tokens) {
+  __host__ __device__ static constexpr int stage_bytes(int page_tokens) {
     return (page_tokens * kCodeStride + 15) / 16 * 16 + (page_tokens * kScaleBytes + 15) / 16 * 16;
   }
   // Two stages (the next page lands while this one is scored) unless that would not fit.
@@ -39,11 +39,17 @@ template <> struct Chunk<PageDType::kBF16> { uint4 w[2]; };
 template <> struct Chunk<PageDType::kFP8> { uint4 w[1]; };
 template <> struct Chunk<PageDType::kNVFP4> { uint2 codes; uint32_t scale; };
 
-template <PageDType D>
+template <PageDType D, int kCodeBytes>
 __device__ __forceinline__ Chunk<D> load_chunk(const uint8_t* codes, const uint8_t* scales, int c) {
   Chunk<D> x;
   if constexpr (D == PageDType::kNVFP4) {
-    x.codes = reinterpret_cast<const uint2*>(codes)[c];
+    if constexpr (kCodeBytes >= 16) {
+      // Chunk pairs as one 16-byte read: the padded rows are conflict-free at that width only.
+      const uint4 pair = reinterpret_cast<const uint4*>(codes)[c / 2];
+      x.codes = c % 2 == 0 ? make_uint2(pair.x, pair.y) : make_uint2(pair.z, pair.w);
+    } else {
+      x.codes = reinterpret_cast<const uint2*>(codes)[c];
+    }
     x.scale = scales[c];
   } else {
     constexpr int kWords = sizeof(x.w) / sizeof(uint4);
@@ -104,7 +110,7 @@ __device__ __forceinline__ void key_dots(const uint8_t* codes, const uint8_t* sc
 #pragma unroll
   for (int c = 0; c < kDim / kChunk; ++c) {
     float v[kChunk];
-    decode_chunk<D>(load_chunk<D>(codes, scales, c), scale, v);
+    decode_chunk<D>(load_chunk<D, Rows<D, kDim>::kCodeBytes>(codes, scales, c), scale, v);
 #pragma unroll
     for (int h = 0; h < kHeadsPerPass; ++h) {
       const float4* qh = reinterpret_cast<const float4*>(q + h * kDim + c * kChunk);
@@ -317,34 +323,53 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_select_kernel(IndexerA
 
 using ScoreKernel = void (*)(IndexerArgs);
 
+struct ScoreVariant {
+  ScoreKernel kernel = nullptr;
+  size_t smem = 0;
+};
+
+size_t query_bytes(const IndexerArgs& a) {
+  const int heads_padded = (a.heads + kHeadsPerPass - 1) / kHeadsPerPass * kHeadsPerPass;
+  return static_cast<size_t>(heads_padded) * a.head_dim * sizeof(float);
+}
+
+template <PageDType D, int kDim>
+ScoreVariant variant(const IndexerArgs& a) {
+  using R = Rows<D, kDim>;
+  return {indexer_score_kernel<D, kDim>, query_bytes(a) + static_cast<size_t>(R::kStages) * R::stage_bytes(a.page_tokens)};
+}
+
 template <PageDType D>
-ScoreKernel score_kernel_for(int head_dim) {
-  switch (head_dim) {
-    case 16: return indexer_score_kernel<D, 16>;
-    case 32: return indexer_score_kernel<D, 32>;
-    case 64: return indexer_score_kernel<D, 64>;
-    case 128: return indexer_score_kernel<D, 128>;
-    case 256: return indexer_score_kernel<D, 256>;
-    default: return nullptr;
+ScoreVariant variant_for_dim(const IndexerArgs& a) {
+  switch (a.head_dim) {
+    case 16: return variant<D, 16>(a);
+    case 32: return variant<D, 32>(a);
+    case 64: return variant<D, 64>(a);
+    case 128: return variant<D, 128>(a);
+    case 256: return variant<D, 256>(a);
+    default: return {};
   }
 }
 
-ScoreKernel score_kernel(const IndexerArgs& a) {
+ScoreVariant score_variant(const IndexerArgs& a) {
   switch (a.dtype) {
-    case PageDType::kFP32: return score_kernel_for<PageDType::kFP32>(a.head_dim);
-    case PageDType::kBF16: return score_kernel_for<PageDType::kBF16>(a.head_dim);
-    case PageDType::kFP8: return score_kernel_for<PageDType::kFP8>(a.head_dim);
-    case PageDType::kNVFP4: return score_kernel_for<PageDType::kNVFP4>(a.head_dim);
+    case PageDType::kFP32: return variant_for_dim<PageDType::kFP32>(a);
+    case PageDType::kBF16: return variant_for_dim<PageDType::kBF16>(a);
+    case PageDType::kFP8: return variant_for_dim<PageDType::kFP8>(a);
+    case PageDType::kNVFP4: return variant_for_dim<PageDType::kNVFP4>(a);
   }
-  return nullptr;
+  return {};
+}
+
+// Above 48 KiB a kernel must opt in to its dynamic shared memory.
+cudaError_t allow_smem(const void* kernel, size_t smem) {
+  if (smem <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
 }
 
 }  // namespace
 
-size_t indexer_score_smem_bytes(const IndexerArgs& a) {
-  const int heads_padded = (a.heads + kHeadsPerPass - 1) / kHeadsPerPass * kHeadsPerPass;
-  return static_cast<size_t>(heads_padded) * a.head_dim * sizeof(float);
-}
+size_t indexer_score_smem_bytes(const IndexerArgs& a) { return score_variant(a).smem; }
 
 size_t indexer_select_smem_bytes(const IndexerArgs& a) {
   size_t n = 2;
@@ -353,26 +378,27 @@ size_t indexer_select_smem_bytes(const IndexerArgs& a) {
 }
 
 cudaError_t indexer_score_ctas_per_sm(const IndexerArgs& a, int& ctas) {
-  const ScoreKernel kernel = score_kernel(a);
-  if (kernel == nullptr) return cudaErrorInvalidValue;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kScoreThreads, indexer_score_smem_bytes(a));
+  const ScoreVariant v = score_variant(a);
+  if (v.kernel == nullptr) return cudaErrorInvalidValue;
+  const cudaError_t e = allow_smem(reinterpret_cast<const void*>(v.kernel), v.smem);
+  if (e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, v.kernel, kScoreThreads, v.smem);
 }
 
 cudaError_t launch_indexer_scores(const IndexerArgs& a, unsigned splits, cudaStream_t stream) {
-  const ScoreKernel kernel = score_kernel(a);
-  if (kernel == nullptr) return cudaErrorInvalidValue;
+  const ScoreVariant v = score_variant(a);
+  if (v.kernel == nullptr) return cudaErrorInvalidValue;
+  const cudaError_t e = allow_smem(reinterpret_cast<const void*>(v.kernel), v.smem);
+  if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(a.tokens), splits);
-  kernel<<<grid, kScoreThreads, indexer_score_smem_bytes(a), stream>>>(a);
+  v.kernel<<<grid, kScoreThreads, v.smem, stream>>>(a);
   return cudaGetLastError();
 }
 
 cudaError_t launch_indexer_select(const IndexerArgs& a, cudaStream_t stream) {
   const size_t smem = indexer_select_smem_bytes(a);
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(indexer_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-  }
+  const cudaError_t e = allow_smem(reinterpret_cast<const void*>(indexer_select_kernel), smem);
+  if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.heads));
   indexer_select_kernel<<<grid, kSelectThreads, smem, stream>>>(a);
   return cudaGetLastError();

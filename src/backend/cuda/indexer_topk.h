@@ -58,9 +58,11 @@ struct IndexerArgs {
   int32_t* selected = nullptr;            // [heads, tokens, topk]
 };
 
-constexpr int kScoreThreads = 128;   // one key of a 128-token page per thread
+constexpr int kScoreThreads = 128;   // one key of a page per thread
+constexpr int kMaxPageTokens = kScoreThreads;
 constexpr int kSelectThreads = 256;
 constexpr int kMaxTopk = 256;
+constexpr size_t kMaxScoreSmem = 200 * 1024;
 constexpr int64_t kMaxBlocks = 16384;  // the select CTA sorts next_pow2(max_blocks) 8-byte keys
 
 // Scoring CTAs that fit on the device at once, for choosing the split.
