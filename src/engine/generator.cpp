@@ -24,7 +24,12 @@ Generator::Generator(const LoadedModel& model, GeneratorOptions options, int64_t
       options_(options),
       memory_(model.config, options.cache, pages_for(options, max_total_tokens)),
       runner_(model.config, model.weights, *model.backend, memory_),
-      manager_(static_cast<int32_t>(memory_.num_pages()), kvcache::random_prefix_hash_key()) {}
+      manager_(static_cast<int32_t>(memory_.num_pages()), kvcache::random_prefix_hash_key()) {
+  for (int64_t l = 0; l < model.config.num_layers; ++l) {
+    const model::AttentionWeights& a = model.weights.layers[l].attn;
+    memory_.layer(l).kv_scales = {a.k_scale, a.v_scale};
+  }
+}
 
 model::StepBatch Generator::step_for(kvcache::SeqId seq, const std::vector<int32_t>& tokens,
                                      int64_t first_position) const {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "core/check.h"
 
 namespace fp4::model {
@@ -31,6 +33,15 @@ class Loader {
   std::vector<float> vector(const std::string& name, int64_t n) const {
     return ckpt_.load_f32(prefix_ + name, {n});
   }
+  // An optional scalar, stored with shape [] or [1]; it must be finite and positive.
+  float scale_or_one(const std::string& name) const {
+    const TensorRef* t = ckpt_.find(prefix_ + name);
+    if (t == nullptr) return 1.0f;
+    const std::vector<float> v = ckpt_.load_f32(prefix_ + name, t->shape);
+    FP4_CHECK(v.size() == 1 && std::isfinite(v[0]) && v[0] > 0,
+              "{}{}: expected one finite positive scale, got {} values", prefix_, name, v.size());
+    return v[0];
+  }
 
  private:
   const Checkpoint& ckpt_;
@@ -54,6 +65,8 @@ AttentionWeights load_attention(const Loader& l, const std::string& base, const 
   a.k = l.linear(base + "k_proj", c.num_kv_heads * d, h);
   a.v = l.linear(base + "v_proj", c.num_kv_heads * d, h);
   a.o = l.linear(base + "o_proj", h, c.num_heads * d);
+  a.k_scale = l.scale_or_one(base + "k_scale");
+  a.v_scale = l.scale_or_one(base + "v_scale");
   if (c.qk_norm) {
     a.q_norm = l.vector(base + "q_norm.weight", d);
     a.k_norm = l.vector(base + "k_norm.weight", d);

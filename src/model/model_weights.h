@@ -26,6 +26,9 @@ struct MlpWeights {
 struct AttentionWeights {
   LinearWeight q, k, v, o;
   std::vector<float> q_norm, k_norm;  // [head_dim] when the model norms q and k
+  // Calibrated KV-cache scales (`self_attn.k_scale`, `v_scale`, as vLLM reads them): the FP8
+  // cache's per-layer scale, or the NVFP4 cache's global scale; 1 when the checkpoint has none.
+  float k_scale = 1.0f, v_scale = 1.0f;
   // MSA layers only.
   LinearWeight index_q, index_k;
   std::vector<float> index_q_norm, index_k_norm;  // [index_head_dim]
