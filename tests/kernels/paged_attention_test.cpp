@@ -92,12 +92,6 @@ struct Case {
   Data data;
 };
 
-std::string describe(const Case& c) {
-  return fmt::format("{} {} group {} head_dim {} {}", kvcache::page_dtype_name(c.dtype),
-                     c.sparse ? "sparse" : "dense", c.group, c.head_dim,
-                     c.data == Data::kGaussian ? "gaussian" : "exact means");
-}
-
 template <typename T>
 cuda::DeviceBuffer upload(const std::vector<T>& host) {
   cuda::DeviceBuffer d(std::max<size_t>(host.size() * sizeof(T), 16));
@@ -114,10 +108,11 @@ std::vector<float> small_integers(size_t n, std::mt19937_64& rng) {
 }
 
 void run_case(const Case& c, std::mt19937_64& rng) {
-  SCOPED_TRACE(describe(c));
+  const bool exact = c.data == Data::kExactMeans;
+  SCOPED_TRACE(fmt::format("{} {} group {} head_dim {} {}", kvcache::page_dtype_name(c.dtype),
+                           c.sparse ? "sparse" : "dense", c.group, c.head_dim, exact ? "exact means" : "gaussian"));
   const int64_t kv_heads = c.group == 16 ? 2 : 4, q_heads = kv_heads * c.group, d = c.head_dim;
   const int64_t vec = kv_heads * d;
-  const bool exact = c.data == Data::kExactMeans;
   Batch b({{1, 1}, {127, 3}, {128, 3}, {2048, 2}, {2049, 3}, {5000, 2}, {300, 300}}, rng);
   const auto layout = kvcache::kv_page_layout(c.dtype, static_cast<int>(kv_heads), static_cast<int>(d));
 
@@ -201,12 +196,12 @@ void run_case(const Case& c, std::mt19937_64& rng) {
       // CPU (four partial sums of D/4 products, the scale) and D/4 + 76 on the GPU (the same
       // for FMAs; for tensor cores 2^-18 = 64 u from Q's BF16 hi/lo split plus two roundings
       // per 16-product MMA step); exp and exp2 add (4 + 2A) u per weight on each side. A
-      // relative error e of the weights moves a convex combination of V by <= 2e * 2 vmax.
-      // Accumulating n weights and n weighted rows (with rescales) costs each side
-      // <= (4n + 50) u vmax, the tensor cores' BF16 split of P 64 u vmax more. Altogether
-      // vmax u ((2D + 336) A + 8n + 164).
+      // relative error e of the weights moves a convex combination of V by <= 2e * 2 vmax:
+      // 4 (D/2 + 80) u A vmax from the logits, 8 (4 + 2A) u vmax from exp. Accumulating n
+      // weights and n weighted rows (with rescales) costs each side <= (4n + 50) u vmax, the
+      // tensor cores' BF16 split of P 64 u vmax more. Altogether vmax u ((2D + 336) A + 8n + 196).
       tol[t * kv_heads + g] = exact ? 256 * kU * vmax
-                                    : vmax * kU * ((2.0 * d + 336) * amax + 8 * n + 164);
+                                    : vmax * kU * ((2.0 * d + 336) * amax + 8 * n + 196);
     }
   }
 
@@ -214,9 +209,7 @@ void run_case(const Case& c, std::mt19937_64& rng) {
   auto d_sel = upload(selected), d_q = upload(q), d_pool = upload(pool);
   cuda::DeviceBuffer d_out(want.size() * sizeof(float));
   PagedAttentionParams pd = p;
-  pd.ctx.positions = d_pos.as<int32_t>();
-  pd.ctx.seq_of_token = d_seq.as<int32_t>();
-  pd.ctx.block_tables = d_tab.as<int32_t>();
+  pd.ctx = {d_pos.as<int32_t>(), d_seq.as<int32_t>(), d_tab.as<int32_t>(), b.tokens(), b.num_seqs, b.max_blocks};
   pd.selected = c.sparse ? d_sel.as<int32_t>() : nullptr;
   pd.pool = d_pool.as<uint8_t>();
   pd.q = d_q.as<float>();
@@ -232,7 +225,7 @@ void run_case(const Case& c, std::mt19937_64& rng) {
       cuda::DeviceBuffer workspace(std::max<size_t>(cuda::paged_attention_workspace_bytes(pd, *options), 16));
       workspace.fill(0xFF);
       cuda::paged_attention(pd, workspace.data(), workspace.bytes(), nullptr, *options);
-      FP4_CUDA_CHECK(cudaDeviceSynchronize());
+      FP4_CUDA_CHECK(cudaDeviceSynchronize());  // before the workspace is freed
     }
     FP4_CUDA_CHECK(cudaDeviceSynchronize());
     d_out.download(got.data(), got.size() * sizeof(float));

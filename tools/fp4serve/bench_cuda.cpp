@@ -10,6 +10,8 @@
 #include "backend/cuda/quantize.h"
 #include "tools/fp4serve/bench.h"
 #include "tools/fp4serve/bench_data.h"
+#include "tools/fp4serve/bench_attention.h"
+#include "tools/fp4serve/bench_indexer.h"
 
 namespace fp4::bench {
 
@@ -91,6 +93,8 @@ std::vector<Row> run_gpu_benchmarks(const Options& options, std::string& why) {
                       name, dt, q_ok ? "ok" : "MISMATCH", d_ok ? "ok" : "MISMATCH");
     }
   }
+  for (Row& r : bench_paged_attention(device, copy_gbps, options.reps)) rows.push_back(std::move(r));
+  for (Row& r : bench_indexer(device, copy_gbps, options.reps)) rows.push_back(std::move(r));
   return rows;
 }
 

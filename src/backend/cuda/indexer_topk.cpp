@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <tuple>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -89,12 +91,31 @@ detail::IndexerArgs checked_args(const IndexerTopkParams& p) {
 
 // Splits of each token's blocks over CTAs: enough CTAs to fill the device once, never fewer
 // than kMinBlocksPerSplit blocks each. Depends on shapes and the device only.
-unsigned choose_splits(detail::IndexerArgs& a) {
-  int ctas_per_sm = 0, device = 0, sms = 0;
+// Resident scoring CTAs per device, by kernel variant: the occupancy query costs microseconds
+// of host time, which an eager decode step would pay per layer.
+int64_t resident_ctas(const detail::IndexerArgs& a) {
+  struct Key {
+    int device;
+    kvcache::PageDType dtype;
+    int head_dim, heads, page_tokens;
+    bool operator<(const Key& o) const {
+      return std::tie(device, dtype, head_dim, heads, page_tokens) <
+             std::tie(o.device, o.dtype, o.head_dim, o.heads, o.page_tokens);
+    }
+  };
+  thread_local std::map<Key, int64_t> cache;
+  Key key{0, a.dtype, a.head_dim, a.heads, a.page_tokens};
+  FP4_CUDA_CHECK(cudaGetDevice(&key.device));
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int ctas_per_sm = 0, sms = 0;
   FP4_CUDA_CHECK(detail::indexer_score_ctas_per_sm(a, ctas_per_sm));
-  FP4_CUDA_CHECK(cudaGetDevice(&device));
-  FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t resident = int64_t{std::max(ctas_per_sm, 1)} * sms;
+  FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, key.device));
+  return cache[key] = int64_t{std::max(ctas_per_sm, 1)} * sms;
+}
+
+unsigned choose_splits(detail::IndexerArgs& a) {
+  const int64_t resident = resident_ctas(a);
   const int64_t most = (a.max_blocks + kMinBlocksPerSplit - 1) / kMinBlocksPerSplit;
   const int64_t wanted = std::clamp<int64_t>((resident + a.tokens - 1) / a.tokens, 1, most);
   a.blocks_per_split = static_cast<int>((a.max_blocks + wanted - 1) / wanted);

@@ -3,7 +3,13 @@
 // buffered); each thread then decodes one key with the formats/ codecs and takes its dot
 // product with every index head's query. Products and sums are separate IEEE operations in the
 // CPU reference's order, so each score is the reference's float.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
+
+#include <cstring>
+#include <map>
+#include <utility>
 
 #include "backend/cuda/indexer_topk.h"
 #include "formats/minifloat.h"
@@ -63,11 +69,19 @@ __device__ __forceinline__ uint32_t word(const uint4& w, int k) {
   return k == 0 ? w.x : k == 1 ? w.y : k == 2 ? w.z : w.w;
 }
 
-// kvcache::read_index_page's values. NVFP4 skips the multiply by the global scale 1 and the
-// canonical NaN of a NaN block scale: x * 1 == x, and any NaN value makes the key's dot
-// product NaN, which the block maximum ignores on both sides.
+// How a page's codes become kvcache::read_index_page's values.
+struct Dequant {
+  float scale = 1.0f;   // FP8
+  float folded = 0.0f;  // FP8: scale * 2^120 when that is finite
+};
+
+// kvcache::read_index_page's values (NVFP4: times 2^-14), NaN aside: NaN stands for "this
+// key's dot product is NaN", which the block maximum ignores on both sides, so only the flag
+// has to agree. FP8 places the code bits as e4m3_decode does (value * 2^-120, exact) and
+// multiplies once by scale * 2^120: the exact product is the CPU's (value * 2^120) * scale, so
+// is its rounding.
 template <PageDType D>
-__device__ __forceinline__ void decode_chunk(const Chunk<D>& x, float scale, float* v) {
+__device__ __forceinline__ void decode_chunk(const Chunk<D>& x, const Dequant& dq, float* v, bool& nan) {
   if constexpr (D == PageDType::kFP32) {
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) v[i] = __uint_as_float(word(x.w[i / 4], i % 4));
@@ -80,17 +94,36 @@ __device__ __forceinline__ void decode_chunk(const Chunk<D>& x, float scale, flo
     }
   } else if constexpr (D == PageDType::kFP8) {
 #pragma unroll
-    for (int i = 0; i < kChunk; ++i) {
-      const uint8_t code = static_cast<uint8_t>(word(x.w[0], i / 4) >> (8 * (i % 4)));
-      v[i] = __fmul_rn(e4m3_decode(code), scale);
+    for (int k = 0; k < kChunk / 4; ++k) {
+      const uint32_t w = word(x.w[0], k);
+      nan |= (((w & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u) != 0;  // a byte of 0x7F or 0xFF
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t b = w >> (8 * i);
+        const float placed = __uint_as_float(((b & 0x80u) << 24) | ((b & 0x7Fu) << 20));
+        v[4 * k + i] = dq.folded != 0.0f ? __fmul_rn(placed, dq.folded)
+                                         : __fmul_rn(__fmul_rn(placed, 0x1p120f), dq.scale);
+      }
     }
   } else {
-    const float sf = e4m3_decode(static_cast<uint8_t>(x.scale));
+    // value * sf * 2^-14 in f16, exactly: the E2M1 bits placed as an f16 are value * 2^-14, and
+    // times an E4M3 scale the product has at most 6 significant bits and is at least 2^-24, the
+    // smallest f16. The queries were scaled by 2^14 to match (exact), so each product q * k is
+    // the CPU's real product, rounded the same. A NaN scale makes the block NaN on both sides.
+    const __half2 sf = __half2half2(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(x.scale), __NV_E4M3)));
 #pragma unroll
-    for (int i = 0; i < kChunk / 2; ++i) {
-      const uint32_t byte = (i < 4 ? x.codes.x : x.codes.y) >> (8 * (i % 4));
-      v[2 * i] = __fmul_rn(e2m1_decode(static_cast<uint8_t>(byte & 0xFu)), sf);
-      v[2 * i + 1] = __fmul_rn(e2m1_decode(static_cast<uint8_t>((byte >> 4) & 0xFu)), sf);
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t codes = w == 0 ? x.codes.x : x.codes.y;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {  // elements k and k + 4 of this word, one f16 pair
+        const uint32_t t = codes >> (4 * k);
+        const uint32_t bits = ((t << 12) & 0x80008000u) | ((t << 9) & 0x0E000E00u);
+        __half2 pair;
+        memcpy(&pair, &bits, sizeof pair);
+        const float2 f = __half22float2(__hmul2(pair, sf));
+        v[8 * w + k] = f.x;
+        v[8 * w + k + 4] = f.y;
+      }
     }
   }
 }
@@ -98,19 +131,15 @@ __device__ __forceinline__ void decode_chunk(const Chunk<D>& x, float scale, flo
 // dot(q_h, key) for kHeadsPerPass heads, as the CPU's dot(): acc[l] sums the products of
 // elements l, l + 4, l + 8, ... in order, then (acc0 + acc2) + (acc1 + acc3) + 0.
 template <PageDType D, int kDim>
-__device__ __forceinline__ void key_dots(const uint8_t* codes, const uint8_t* scales, float scale,
+__device__ __forceinline__ void key_dots(const uint8_t* codes, const uint8_t* scales, const Dequant& dq,
                                          const float* q,  // shared, [kHeadsPerPass, kDim]
                                          float* dots) {
-  float acc[kHeadsPerPass][4];
-#pragma unroll
-  for (int h = 0; h < kHeadsPerPass; ++h) {
-#pragma unroll
-    for (int l = 0; l < 4; ++l) acc[h][l] = 0.0f;
-  }
+  float acc[kHeadsPerPass][4] = {};
+  bool nan = false;
 #pragma unroll
   for (int c = 0; c < kDim / kChunk; ++c) {
     float v[kChunk];
-    decode_chunk<D>(load_chunk<D, Rows<D, kDim>::kCodeBytes>(codes, scales, c), scale, v);
+    decode_chunk<D>(load_chunk<D, Rows<D, kDim>::kCodeBytes>(codes, scales, c), dq, v, nan);
 #pragma unroll
     for (int h = 0; h < kHeadsPerPass; ++h) {
       const float4* qh = reinterpret_cast<const float4*>(q + h * kDim + c * kChunk);
@@ -127,7 +156,7 @@ __device__ __forceinline__ void key_dots(const uint8_t* codes, const uint8_t* sc
 #pragma unroll
   for (int h = 0; h < kHeadsPerPass; ++h) {
     const float s = __fadd_rn(__fadd_rn(acc[h][0], acc[h][2]), __fadd_rn(acc[h][1], acc[h][3]));
-    dots[h] = __fadd_rn(s, 0.0f);  // the CPU adds its (empty) tail: -0 becomes +0
+    dots[h] = nan ? __int_as_float(0x7FFFFFFF) : __fadd_rn(s, 0.0f);  // the CPU adds its (empty) tail: -0 becomes +0
   }
 }
 
@@ -176,9 +205,15 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(IndexerArg
   uint8_t* stages = reinterpret_cast<uint8_t*>(q_s + heads_padded * kDim);
   const int stage_bytes = R::stage_bytes(a.page_tokens);
   const float* q = a.index_q + t * a.heads * kDim;
-  for (int i = threadIdx.x; i < heads_padded * kDim; i += kScoreThreads) q_s[i] = i < a.heads * kDim ? q[i] : 0.0f;
+  // NVFP4 keys come out of decode_chunk times 2^-14, so the queries go in times 2^14 (exact).
+  constexpr float kQueryScale = D == PageDType::kNVFP4 ? 0x1p14f : 1.0f;
+  for (int i = threadIdx.x; i < heads_padded * kDim; i += kScoreThreads)
+    q_s[i] = i < a.heads * kDim ? __fmul_rn(q[i], kQueryScale) : 0.0f;
 
   const float kNegInf = __int_as_float(0xFF800000);
+  Dequant dq;
+  dq.scale = a.scale;
+  if (D == PageDType::kFP8 && isfinite(a.scale * 0x1p120f)) dq.folded = a.scale * 0x1p120f;
   const int64_t pos = a.positions[t];
   const int64_t seq = a.seq_of_token[t];
   const int64_t visible = visible_blocks(a, t);
@@ -230,7 +265,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(IndexerArg
       const int j = threadIdx.x;  // page_tokens <= kScoreThreads
       if (readable && j < keys) {
         float dots[kHeadsPerPass];
-        key_dots<D, kDim>(rows + j * R::kCodeStride, scale_rows + j * R::kScaleBytes, a.scale, q_s + h0 * kDim, dots);
+        key_dots<D, kDim>(rows + j * R::kCodeStride, scale_rows + j * R::kScaleBytes, dq, q_s + h0 * kDim, dots);
         // The CPU's std::max(best, dot): a NaN dot product never enters.
 #pragma unroll
         for (int h = 0; h < kHeadsPerPass; ++h) best[h] = dots[h] > best[h] ? dots[h] : best[h];
@@ -256,68 +291,93 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(IndexerArg
 }
 
 // An unsigned key whose order is the scores' order, with -0 and +0 equal as the CPU's
-// comparison has them.
+// comparison has them. Scores are never NaN (the block maximum skips NaN dot products).
 __device__ __forceinline__ uint32_t orderable(float s) {
   const uint32_t u = __float_as_uint(s == 0.0f ? 0.0f : s);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// One CTA per (token, head). Key of a visible block: forced (bit 63), score (bits 62..31), and
-// 2^31 - 1 - block (so that a lower id wins a tie); 0 pads the sort to a power of two. All keys
-// differ, so the kMaxTopk largest are one set, sorted descending by a bitonic network.
-__global__ void __launch_bounds__(kSelectThreads) indexer_select_kernel(IndexerArgs a) {
-  extern __shared__ unsigned long long keys[];  // [next_pow2(visible)]
-  __shared__ int32_t chosen[kMaxTopk];
-  const int64_t t = blockIdx.x;
-  const int h = blockIdx.y;
+// One warp per (head, token). The forced blocks are a prefix [0, init) and a suffix
+// [visible - local, visible); the free slots go to the best of the blocks in between, the
+// candidates. A radix select, 4 bits a pass from the top, finds T, the r-th largest candidate
+// key, and how many candidates equal to T to take: the ones of lowest id, the CPU's tie rule.
+// One pass over the blocks in id order then writes the selection already ascending. Each lane
+// counts its own elements into its own column of the warp's digit counters, so no atomics.
+__global__ void __launch_bounds__(kSelectWarps * 32) indexer_select_kernel(IndexerArgs a) {
+  constexpr int kLoads = 8;
+  __shared__ uint32_t counts[kSelectWarps][16][32];  // [warp][digit][lane]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t pair = static_cast<int64_t>(blockIdx.x) * kSelectWarps + warp;
+  if (pair >= a.tokens * a.heads) return;  // the whole warp: no block-wide barrier follows
+  const int64_t h = pair / a.tokens, t = pair % a.tokens;
+  int32_t* out = a.selected + pair * a.topk;  // (h * tokens + t) * topk
   const int64_t visible = visible_blocks(a, t);
-  int32_t* out = a.selected + (h * a.tokens + t) * a.topk;
   if (visible <= a.topk) {
-    for (int i = threadIdx.x; i < a.topk; i += kSelectThreads) out[i] = i < visible ? i : -1;
+    for (int i = lane; i < a.topk; i += 32) out[i] = i < visible ? i : -1;
     return;
   }
-  int n = 2;
-  while (n < visible) n <<= 1;
   const float* scores = a.scores + (t * a.heads + h) * a.max_blocks;
-  const int64_t local_first = visible - a.local_blocks;
-  for (int i = threadIdx.x; i < n; i += kSelectThreads) {
-    unsigned long long key = 0;
-    if (i < visible) {
-      const bool forced = i < a.init_blocks || i >= local_first;
-      key = (static_cast<unsigned long long>(forced) << 63) |
-            (static_cast<unsigned long long>(orderable(scores[i])) << 31) |
-            static_cast<unsigned long long>(0x7FFFFFFF - i);
-    }
-    keys[i] = key;
-  }
-  __syncthreads();
-  for (int k = 2; k <= n; k <<= 1) {
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      for (int i = threadIdx.x; i < n; i += kSelectThreads) {
-        const int partner = i ^ j;
-        if (partner > i) {  // each pair is handled by exactly one thread
-          const unsigned long long x = keys[i], y = keys[partner];
-          const bool descending = (i & k) == 0;
-          if (descending ? x < y : x > y) {
-            keys[i] = y;
-            keys[partner] = x;
-          }
+  // visible > topk >= init + local, so the candidates [lo, hi) outnumber the free slots.
+  const int64_t lo = a.init_blocks, hi = visible - a.local_blocks;
+  uint32_t* my_counts = &counts[warp][0][lane];
+  uint32_t threshold = 0xFFFFFFFFu;  // above every key: no candidate, when no slot is free
+  int remaining = a.topk - a.init_blocks - a.local_blocks;
+  if (remaining > 0) {
+    uint32_t prefix = 0, mask = 0;
+    for (int shift = 28; shift >= 0; shift -= 4) {
+#pragma unroll
+      for (int d = 0; d < 16; ++d) my_counts[32 * d] = 0;
+      // kLoads independent loads in flight per lane: the passes are bound by load latency.
+      for (int64_t b = lo + lane; b < hi; b += 32 * kLoads) {
+        uint32_t u[kLoads];
+#pragma unroll
+        for (int k = 0; k < kLoads; ++k) u[k] = b + 32 * k < hi ? orderable(__ldg(scores + b + 32 * k)) : 0u;
+#pragma unroll
+        for (int k = 0; k < kLoads; ++k) {
+          if (b + 32 * k < hi && (u[k] & mask) == prefix) ++my_counts[32 * ((u[k] >> shift) & 15u)];
         }
       }
-      __syncthreads();
+      __syncwarp();
+      // Lane d < 16 totals digit d, then counts the matching candidates of higher digits.
+      uint32_t total = 0;
+      if (lane < 16) {
+        for (int l = 0; l < 32; ++l) total += counts[warp][lane][l];
+      }
+      uint32_t at_or_above = total;
+#pragma unroll
+      for (int offset = 1; offset < 16; offset <<= 1) {
+        const uint32_t v = __shfl_down_sync(0xFFFFFFFFu, at_or_above, offset);
+        if (lane + offset < 32) at_or_above += v;
+      }
+      const uint32_t above = at_or_above - total;
+      const bool digit_here = lane < 16 && above < static_cast<uint32_t>(remaining) &&
+                              static_cast<uint32_t>(remaining) <= at_or_above;
+      const int digit = __ffs(__ballot_sync(0xFFFFFFFFu, digit_here)) - 1;  // exactly one lane
+      remaining -= static_cast<int>(__shfl_sync(0xFFFFFFFFu, above, digit));
+      prefix |= static_cast<uint32_t>(digit) << shift;
+      mask |= 15u << shift;
+      __syncwarp();  // every lane has read the counters before they are cleared
     }
+    threshold = prefix;  // take every candidate above it and `remaining` equal to it
   }
-  // Every forced block is among the first topk (init + local <= topk); the visible blocks
-  // outnumber topk, so no padding key is.
-  for (int i = threadIdx.x; i < a.topk; i += kSelectThreads)
-    chosen[i] = 0x7FFFFFFF - static_cast<int32_t>(keys[i] & 0x7FFFFFFFull);
-  __syncthreads();
-  // Ascending order: each id's rank is the number of smaller chosen ids (all distinct).
-  for (int i = threadIdx.x; i < a.topk; i += kSelectThreads) {
-    const int32_t id = chosen[i];
-    int rank = 0;
-    for (int j = 0; j < a.topk; ++j) rank += chosen[j] < id;
-    out[rank] = id;
+  const uint32_t below_lane = (1u << lane) - 1u;
+  int written = 0, equal_seen = 0;
+  float next = lane < visible ? __ldg(scores + lane) : 0.0f;  // one load ahead
+  for (int64_t b0 = 0; b0 < visible; b0 += 32) {
+    const int64_t b = b0 + lane;
+    const float score = next;
+    if (b + 32 < visible) next = __ldg(scores + b + 32);
+    const bool valid = b < visible;
+    const bool forced = b < lo || b >= hi;
+    const uint32_t u = valid && !forced ? orderable(score) : 0u;
+    const bool equal = valid && !forced && u == threshold;
+    const uint32_t equal_mask = __ballot_sync(0xFFFFFFFFu, equal);
+    const bool take = valid && (forced || u > threshold ||
+                                (equal && equal_seen + __popc(equal_mask & below_lane) < remaining));
+    const uint32_t take_mask = __ballot_sync(0xFFFFFFFFu, take);
+    if (take) out[written + __popc(take_mask & below_lane)] = static_cast<int32_t>(b);
+    written += __popc(take_mask);
+    equal_seen += __popc(equal_mask);
   }
 }
 
@@ -341,14 +401,9 @@ ScoreVariant variant(const IndexerArgs& a) {
 
 template <PageDType D>
 ScoreVariant variant_for_dim(const IndexerArgs& a) {
-  switch (a.head_dim) {
-    case 16: return variant<D, 16>(a);
-    case 32: return variant<D, 32>(a);
-    case 64: return variant<D, 64>(a);
-    case 128: return variant<D, 128>(a);
-    case 256: return variant<D, 256>(a);
-    default: return {};
-  }
+  return a.head_dim == 16 ? variant<D, 16>(a) : a.head_dim == 32 ? variant<D, 32>(a)
+       : a.head_dim == 64 ? variant<D, 64>(a) : a.head_dim == 128 ? variant<D, 128>(a)
+       : a.head_dim == 256 ? variant<D, 256>(a) : ScoreVariant{};
 }
 
 ScoreVariant score_variant(const IndexerArgs& a) {
@@ -361,21 +416,24 @@ ScoreVariant score_variant(const IndexerArgs& a) {
   return {};
 }
 
-// Above 48 KiB a kernel must opt in to its dynamic shared memory.
+// Above 48 KiB a kernel must opt in to its dynamic shared memory, once per device; the
+// attribute call is host time an eager decode step would otherwise pay per layer.
 cudaError_t allow_smem(const void* kernel, size_t smem) {
   if (smem <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  thread_local std::map<std::pair<const void*, int>, size_t> allowed;
+  size_t& done = allowed[{kernel, device}];
+  if (done >= smem) return cudaSuccess;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e == cudaSuccess) done = smem;
+  return e;
 }
 
 }  // namespace
 
 size_t indexer_score_smem_bytes(const IndexerArgs& a) { return score_variant(a).smem; }
-
-size_t indexer_select_smem_bytes(const IndexerArgs& a) {
-  size_t n = 2;
-  while (n < static_cast<size_t>(a.max_blocks)) n <<= 1;
-  return n * sizeof(unsigned long long);
-}
 
 cudaError_t indexer_score_ctas_per_sm(const IndexerArgs& a, int& ctas) {
   const ScoreVariant v = score_variant(a);
@@ -396,11 +454,9 @@ cudaError_t launch_indexer_scores(const IndexerArgs& a, unsigned splits, cudaStr
 }
 
 cudaError_t launch_indexer_select(const IndexerArgs& a, cudaStream_t stream) {
-  const size_t smem = indexer_select_smem_bytes(a);
-  const cudaError_t e = allow_smem(reinterpret_cast<const void*>(indexer_select_kernel), smem);
-  if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.heads));
-  indexer_select_kernel<<<grid, kSelectThreads, smem, stream>>>(a);
+  const int64_t warps = a.tokens * a.heads;
+  const unsigned grid = static_cast<unsigned>((warps + kSelectWarps - 1) / kSelectWarps);
+  indexer_select_kernel<<<grid, kSelectWarps * 32, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

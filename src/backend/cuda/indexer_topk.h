@@ -3,10 +3,11 @@
 //
 // Two launches. Scores: grid (tokens, splits); each CTA reads its range of a token's index-K
 // pages once and scores them for every index head, one key per thread, into the block scores
-// [tokens, heads, max_blocks] FP32 (-inf beyond the visible blocks). Select: one CTA per
-// (token, head) sorts (forced, score, -block) keys and writes the top-k ids ascending. The
-// dot products are the CPU's operation for operation (four strided partial sums, combined as
-// (s0 + s2) + (s1 + s3)), so the scores, and hence the selections, equal the reference's.
+// [tokens, heads, max_blocks] FP32 (-inf beyond the visible blocks). Select: one warp per
+// (head, token) radix-selects the threshold of the free slots and writes the top-k ids
+// ascending. The dot products are the CPU's operation for operation (four strided partial
+// sums, combined as (s0 + s2) + (s1 + s3)), so the scores, and hence the selections, equal the
+// reference's.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -24,7 +25,7 @@ size_t indexer_topk_workspace_bytes(const IndexerTopkParams& p);
 
 // Pointers in `p` are device pointers, except p.layout, a host object read at the call. Index
 // pages of FP32, BF16, FP8 (scale p.scale) or NVFP4 (no global scale); index_head_dim 16, 32,
-// 64, 128 or 256; max_blocks up to 16384; topk up to 256. Asynchronous on `stream`; the grid
+// 64, 128 or 256; pages of up to 128 tokens; topk up to 256. Asynchronous on `stream`; the grid
 // depends on the shapes only (tokens, heads, max_blocks, the SM count), so the launches can be
 // captured in a CUDA graph. Device data the host cannot check is made safe instead: a
 // block-table entry outside the pool scores as an empty block, and positions beyond the
@@ -60,16 +61,15 @@ struct IndexerArgs {
 
 constexpr int kScoreThreads = 128;   // one key of a page per thread
 constexpr int kMaxPageTokens = kScoreThreads;
-constexpr int kSelectThreads = 256;
+constexpr int kSelectWarps = 4;      // one (head, token) per warp
 constexpr int kMaxTopk = 256;
 constexpr size_t kMaxScoreSmem = 200 * 1024;
-constexpr int64_t kMaxBlocks = 16384;  // the select CTA sorts next_pow2(max_blocks) 8-byte keys
+constexpr int64_t kMaxBlocks = int64_t{1} << 24;
 
 // Scoring CTAs that fit on the device at once, for choosing the split.
 cudaError_t indexer_score_ctas_per_sm(const IndexerArgs& a, int& ctas);
-// Dynamic shared memory of each launch, for the checks.
+// Dynamic shared memory of the scoring launch, for the checks.
 size_t indexer_score_smem_bytes(const IndexerArgs& a);
-size_t indexer_select_smem_bytes(const IndexerArgs& a);
 
 cudaError_t launch_indexer_scores(const IndexerArgs& a, unsigned splits, cudaStream_t stream);
 cudaError_t launch_indexer_select(const IndexerArgs& a, cudaStream_t stream);

@@ -1,8 +1,11 @@
 #include "backend/cuda/paged_attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/paged_attention_launch.h"
@@ -12,10 +15,6 @@ namespace {
 
 using kvcache::PageDType;
 
-// CTAs per SM the split rule aims at: the tensor-core kernel fits five per SM (44 KB of shared
-// memory each at head_dim 128), and a few more CTAs than SMs keep every SM busy while the
-// slowest finish.
-constexpr int64_t kCtasPerSm = 4;
 constexpr int64_t kMaxGridYZ = 65535;
 constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
 
@@ -89,64 +88,9 @@ detail::AttentionKernel resolve(AttentionKernelChoice choice, PageDType dtype) {
   fail_internal("paged_attention: unknown kernel choice {}", static_cast<int>(choice));
 }
 
-struct SplitPlan {
-  int splits = 1;
-  int per = 1;  // blocks (dense) or selection slots (sparse) per split
-};
-
-// A function of shapes only (and the SM count), so a captured CUDA graph stays valid: split the
-// items until tokens x KV heads x splits reaches kCtasPerSm CTAs per SM, then even out the
-// splits so that none is left without items.
-SplitPlan plan_splits(const PagedAttentionParams& p, const PagedAttentionOptions& options) {
-  const int64_t items = p.selected != nullptr ? p.topk : p.ctx.max_blocks;
-  int64_t want = options.splits;
-  if (want <= 0) {
-    int device = 0, sms = 0;
-    FP4_CUDA_CHECK(cudaGetDevice(&device));
-    FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const int64_t base = p.ctx.tokens * p.kv_heads;
-    want = (kCtasPerSm * sms + base - 1) / base;
-  }
-  want = std::clamp<int64_t>(want, 1, std::min(items, kMaxGridYZ));
-  const int64_t per = (items + want - 1) / want;
-  return {static_cast<int>((items + per - 1) / per), static_cast<int>(per)};
-}
-
-int64_t round_up(int64_t bytes) { return (bytes + 255) / 256 * 256; }
-
-// [splits, tokens, q_heads, head_dim] partial outputs, then [splits, tokens, q_heads] lse.
-int64_t partial_out_bytes(const PagedAttentionParams& p, const SplitPlan& plan) {
-  return round_up(int64_t{plan.splits} * p.ctx.tokens * p.q_heads * p.head_dim * 4);
-}
-
-size_t workspace_bytes(const PagedAttentionParams& p, const SplitPlan& plan) {
-  if (plan.splits == 1) return 0;
-  return static_cast<size_t>(partial_out_bytes(p, plan) +
-                             round_up(int64_t{plan.splits} * p.ctx.tokens * p.q_heads * 4));
-}
-
-}  // namespace
-
-size_t paged_attention_workspace_bytes(const PagedAttentionParams& p,
-                                       const PagedAttentionOptions& options) {
-  check_params(p);
-  (void)resolve(options.kernel, p.layout->dtype);
-  if (p.ctx.tokens == 0) return 0;
-  return workspace_bytes(p, plan_splits(p, options));
-}
-
-void paged_attention(const PagedAttentionParams& p, void* workspace, size_t workspace_size,
-                     cudaStream_t stream, const PagedAttentionOptions& options) {
-  check_params(p);
-  if (p.ctx.tokens == 0) return;
+// Everything the kernels take except the split plan and the workspace.
+detail::AttentionArgs make_args(const PagedAttentionParams& p) {
   const kvcache::PageLayout& l = *p.layout;
-  const detail::AttentionKernel kernel = resolve(options.kernel, l.dtype);
-  const SplitPlan plan = plan_splits(p, options);
-  const size_t need = workspace_bytes(p, plan);
-  FP4_CHECK(need == 0 || (workspace != nullptr && workspace_size >= need && aligned16(workspace)),
-            "cuda paged_attention: {} splits need a 16-byte aligned workspace of {} bytes, got {} "
-            "bytes at {}", plan.splits, need, workspace_size, workspace);
-
   detail::AttentionArgs a;
   a.positions = p.ctx.positions;
   a.seq_of_token = p.ctx.seq_of_token;
@@ -174,6 +118,82 @@ void paged_attention(const PagedAttentionParams& p, void* workspace, size_t work
   a.group = static_cast<int>(p.q_heads / p.kv_heads);
   a.head_dim = static_cast<int>(p.head_dim);
   a.score_scale = static_cast<float>(double{p.softmax_scale} * 1.4426950408889634);  // log2(e)
+  return a;
+}
+
+// CTAs of this kernel variant the device holds at once (resident per SM x SMs), asked of the
+// occupancy calculator once per device and variant.
+int64_t resident_ctas(const detail::AttentionArgs& a, detail::AttentionKernel kernel) {
+  int device = 0;
+  FP4_CUDA_CHECK(cudaGetDevice(&device));
+  const std::array<int, 5> key = {device, static_cast<int>(kernel), static_cast<int>(a.format),
+                                  a.head_dim, a.group};
+  static std::mutex mutex;
+  static std::map<std::array<int, 5>, int64_t> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    int per_sm = 0, sms = 0;
+    FP4_CUDA_CHECK(detail::attention_ctas_per_sm(a, kernel, &per_sm));
+    FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    it = cache.emplace(key, int64_t{std::max(per_sm, 1)} * sms).first;
+  }
+  return it->second;
+}
+
+struct SplitPlan {
+  int splits = 1;
+  int per = 1;  // blocks (dense) or selection slots (sparse) per split
+};
+
+// A function of shapes only (and the device), so a captured CUDA graph stays valid: the most
+// splits that still fit tokens x KV heads x splits CTAs into one wave of resident CTAs (at least
+// one split), then evened out so that no split is left without items. (Two waves of smaller
+// CTAs measured slower: each CTA pays a fixed cost for Q, the page list and its merge.)
+SplitPlan plan_splits(const PagedAttentionParams& p, const PagedAttentionOptions& options,
+                      const detail::AttentionArgs& a, detail::AttentionKernel kernel) {
+  const int64_t items = p.selected != nullptr ? p.topk : p.ctx.max_blocks;
+  int64_t want = options.splits;
+  if (want <= 0) want = resident_ctas(a, kernel) / (p.ctx.tokens * p.kv_heads);
+  want = std::clamp<int64_t>(want, 1, std::min(items, kMaxGridYZ));
+  const int64_t per = (items + want - 1) / want;
+  return {static_cast<int>((items + per - 1) / per), static_cast<int>(per)};
+}
+
+int64_t round_up(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// [splits, tokens, q_heads, head_dim] partial outputs, then [splits, tokens, q_heads] lse.
+int64_t partial_out_bytes(const PagedAttentionParams& p, const SplitPlan& plan) {
+  return round_up(int64_t{plan.splits} * p.ctx.tokens * p.q_heads * p.head_dim * 4);
+}
+
+size_t workspace_bytes(const PagedAttentionParams& p, const SplitPlan& plan) {
+  if (plan.splits == 1) return 0;
+  return static_cast<size_t>(partial_out_bytes(p, plan) +
+                             round_up(int64_t{plan.splits} * p.ctx.tokens * p.q_heads * 4));
+}
+
+}  // namespace
+
+size_t paged_attention_workspace_bytes(const PagedAttentionParams& p,
+                                       const PagedAttentionOptions& options) {
+  check_params(p);
+  const detail::AttentionKernel kernel = resolve(options.kernel, p.layout->dtype);
+  if (p.ctx.tokens == 0) return 0;
+  return workspace_bytes(p, plan_splits(p, options, make_args(p), kernel));
+}
+
+void paged_attention(const PagedAttentionParams& p, void* workspace, size_t workspace_size,
+                     cudaStream_t stream, const PagedAttentionOptions& options) {
+  check_params(p);
+  const detail::AttentionKernel kernel = resolve(options.kernel, p.layout->dtype);
+  if (p.ctx.tokens == 0) return;
+  detail::AttentionArgs a = make_args(p);
+  const SplitPlan plan = plan_splits(p, options, a, kernel);
+  const size_t need = workspace_bytes(p, plan);
+  FP4_CHECK(need == 0 || (workspace != nullptr && workspace_size >= need && aligned16(workspace)),
+            "cuda paged_attention: {} splits need a 16-byte aligned workspace of {} bytes, got {} "
+            "bytes at {}", plan.splits, need, workspace_size, workspace);
   a.splits = plan.splits;
   a.blocks_per_split = plan.per;
   if (plan.splits > 1) {

@@ -252,35 +252,55 @@ __global__ void __launch_bounds__(256) merge_splits(const AttentionArgs a) {
   reinterpret_cast<float4*>(a.out)[i] = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
 }
 
-template <KvFormat F, int D>
-void launch_cc(const AttentionArgs& a, dim3 grid, cudaStream_t stream) {
-  if (a.group <= 4) {
-    attention_cuda_core<F, D, 4><<<grid, kThreads, 0, stream>>>(a);
-  } else if (a.group <= 8) {
-    attention_cuda_core<F, D, 8><<<grid, kThreads, 0, stream>>>(a);
-  } else {
-    attention_cuda_core<F, D, 16><<<grid, kThreads, 0, stream>>>(a);
+template <KvFormat F, int D, int GP>
+cudaError_t launch_or_count(const AttentionArgs& a, cudaStream_t stream, int* ctas_per_sm) {
+  if (ctas_per_sm != nullptr) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, attention_cuda_core<F, D, GP>, kThreads, 0);
   }
+  attention_cuda_core<F, D, GP><<<dim3(a.tokens, a.kv_heads, a.splits), kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <KvFormat F, int D>
+cudaError_t launch_or_count(const AttentionArgs& a, cudaStream_t stream, int* ctas_per_sm) {
+  if (a.group <= 4) return launch_or_count<F, D, 4>(a, stream, ctas_per_sm);
+  if (a.group <= 8) return launch_or_count<F, D, 8>(a, stream, ctas_per_sm);
+  return launch_or_count<F, D, 16>(a, stream, ctas_per_sm);
 }
 
 template <KvFormat F>
-void launch_cc(const AttentionArgs& a, dim3 grid, cudaStream_t stream) {
-  if (a.head_dim == 32) launch_cc<F, 32>(a, grid, stream);
-  if (a.head_dim == 64) launch_cc<F, 64>(a, grid, stream);
-  if (a.head_dim == 128) launch_cc<F, 128>(a, grid, stream);
+cudaError_t launch_or_count(const AttentionArgs& a, cudaStream_t stream, int* ctas_per_sm) {
+  switch (a.head_dim) {
+    case 32: return launch_or_count<F, 32>(a, stream, ctas_per_sm);
+    case 64: return launch_or_count<F, 64>(a, stream, ctas_per_sm);
+    case 128: return launch_or_count<F, 128>(a, stream, ctas_per_sm);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_or_count(const AttentionArgs& a, cudaStream_t stream, int* ctas_per_sm) {
+  switch (a.format) {
+    case KvFormat::kF32: return launch_or_count<KvFormat::kF32>(a, stream, ctas_per_sm);
+    case KvFormat::kBF16: return launch_or_count<KvFormat::kBF16>(a, stream, ctas_per_sm);
+    case KvFormat::kFP8: return launch_or_count<KvFormat::kFP8>(a, stream, ctas_per_sm);
+    case KvFormat::kNVFP4: return launch_or_count<KvFormat::kNVFP4>(a, stream, ctas_per_sm);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
 cudaError_t launch_attention_cuda_core(const AttentionArgs& a, cudaStream_t stream) {
-  const dim3 grid(a.tokens, a.kv_heads, a.splits);
-  switch (a.format) {
-    case KvFormat::kF32: launch_cc<KvFormat::kF32>(a, grid, stream); break;
-    case KvFormat::kBF16: launch_cc<KvFormat::kBF16>(a, grid, stream); break;
-    case KvFormat::kFP8: launch_cc<KvFormat::kFP8>(a, grid, stream); break;
-    case KvFormat::kNVFP4: launch_cc<KvFormat::kNVFP4>(a, grid, stream); break;
-  }
-  return cudaGetLastError();
+  return launch_or_count(a, stream, nullptr);
+}
+
+cudaError_t cuda_core_ctas_per_sm(const AttentionArgs& a, int* ctas) {
+  return launch_or_count(a, nullptr, ctas);
+}
+
+cudaError_t attention_ctas_per_sm(const AttentionArgs& a, AttentionKernel kernel, int* ctas) {
+  return kernel == AttentionKernel::kTensorCore ? tensor_core_ctas_per_sm(a, ctas)
+                                                : cuda_core_ctas_per_sm(a, ctas);
 }
 
 cudaError_t launch_paged_attention(const AttentionArgs& a, AttentionKernel kernel,

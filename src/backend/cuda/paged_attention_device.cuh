@@ -40,8 +40,8 @@ __device__ __forceinline__ CtaWork cta_work(const AttentionArgs& a) {
 }
 
 // The page of item i and its count of visible keys, or nullptr for padding and for an invalid
-// index (which also sets w.bad). Every thread of the CTA reads the same values, so the caller's
-// branches on the result are uniform.
+// index (which also sets w.bad). In the CUDA-core kernel every thread asks for the same item,
+// so branches on the result are uniform; the tensor-core kernel resolves one item per thread.
 __device__ __forceinline__ const uint8_t* item_page(const AttentionArgs& a, CtaWork& w, int i,
                                                     int& keys) {
   const int block =

@@ -47,8 +47,14 @@ struct AttentionArgs {
 cudaError_t launch_paged_attention(const AttentionArgs& a, AttentionKernel kernel,
                                    cudaStream_t stream);
 
+// CTAs of the kernel that serves `a` (format, head_dim, group) resident per SM: the split rule
+// fills one wave of them.
+cudaError_t attention_ctas_per_sm(const AttentionArgs& a, AttentionKernel kernel, int* ctas);
+
 // The two kernels, one per .cu file; launch_paged_attention picks one and adds the merge.
 cudaError_t launch_attention_cuda_core(const AttentionArgs& a, cudaStream_t stream);
 cudaError_t launch_attention_tensor_core(const AttentionArgs& a, cudaStream_t stream);
+cudaError_t cuda_core_ctas_per_sm(const AttentionArgs& a, int* ctas);
+cudaError_t tensor_core_ctas_per_sm(const AttentionArgs& a, int* ctas);
 
 }  // namespace fp4::cuda::detail

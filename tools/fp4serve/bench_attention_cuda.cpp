@@ -1,0 +1,211 @@
+// Sparse decode attention at the MiniMax-M3.1-Flash geometry (tools/fp4serve/bench_attention.h).
+// Every token sits at the end of its own 256K-token sequence and reads, per KV head, 15 random
+// blocks plus its local one. Only selected blocks get pages (a page holds all four heads, so a
+// block selected by one head costs the others nothing); pages are random bytes that decode to
+// finite values below kValueBound in every format. When one launch reads less than three times
+// the L2, the timed launches rotate over copies of the pool at other addresses, so every
+// launch streams from HBM.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/paged_attention.h"
+#include "tools/fp4serve/bench_attention.h"
+
+namespace fp4::bench {
+namespace {
+
+using kvcache::PageDType;
+
+constexpr int64_t kKvHeads = 4, kQHeads = 64, kDim = 128, kTopk = 16;
+constexpr int64_t kContext = int64_t{256} * 1024, kBlocks = kContext / 128;
+constexpr double kValueBound = 4.0;
+
+uint64_t splitmix(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Random bytes made into values of magnitude < kValueBound: FP32 and BF16 exponents of 0.25..2,
+// FP8 codes without NaN (times the scale 4/448), NVFP4 block scales of 0.25..1 (times g = 2/3).
+void fill_region(PageDType dtype, bool scales, uint8_t* p, int64_t bytes, uint64_t& state) {
+  for (int64_t i = 0; i < bytes; i += 8) {
+    uint64_t r = splitmix(state);
+    uint8_t b[8];
+    std::memcpy(b, &r, 8);
+    if (dtype == PageDType::kFP32) {
+      for (int w = 0; w < 2; ++w) {
+        uint32_t x;
+        std::memcpy(&x, b + 4 * w, 4);
+        x = (x & 0x807FFFFFu) | ((125u + (x >> 23) % 3) << 23);
+        std::memcpy(b + 4 * w, &x, 4);
+      }
+    } else if (dtype == PageDType::kBF16) {
+      for (int w = 0; w < 4; ++w) {
+        uint16_t x;
+        std::memcpy(&x, b + 2 * w, 2);
+        x = static_cast<uint16_t>((x & 0x807Fu) | ((125u + (x >> 7) % 3) << 7));
+        std::memcpy(b + 2 * w, &x, 2);
+      }
+    } else if (dtype == PageDType::kFP8) {
+      for (uint8_t& x : b) x = (x & 0x7F) == 0x7F ? x & 0xFE : x;
+    } else if (scales) {
+      for (uint8_t& x : b) x = static_cast<uint8_t>(0x28 + x % 17);  // E4M3 0.25 .. 1
+    }
+    std::memcpy(p + i, b, static_cast<size_t>(std::min<int64_t>(8, bytes - i)));
+  }
+}
+
+Row run_one(const std::string& device, double copy_gbps, int reps, PageDType dtype, int64_t batch,
+            cuda::AttentionKernelChoice kernel, const std::string& kernel_name, size_t l2_bytes) {
+  const auto layout = kvcache::kv_page_layout(dtype, kKvHeads, kDim);
+  std::mt19937_64 rng(0xA77E + 16 * batch + static_cast<int>(dtype));
+  const int32_t pos = static_cast<int32_t>(kContext - 1);
+
+  // Selections, ascending with the local block last, and a page for every selected block.
+  std::vector<int32_t> selected(kKvHeads * batch * kTopk), page_of(batch * kBlocks, -1);
+  int32_t pages = 0;
+  double bytes = 0;
+  for (int64_t g = 0; g < kKvHeads; ++g) {
+    for (int64_t t = 0; t < batch; ++t) {
+      std::vector<int32_t> ids;
+      while (static_cast<int64_t>(ids.size()) < kTopk - 1) {
+        const auto b = static_cast<int32_t>(rng() % (kBlocks - 1));
+        if (std::find(ids.begin(), ids.end(), b) == ids.end()) ids.push_back(b);
+      }
+      ids.push_back(static_cast<int32_t>(kBlocks - 1));
+      std::sort(ids.begin(), ids.end());
+      for (int64_t i = 0; i < kTopk; ++i) {
+        selected[(g * batch + t) * kTopk + i] = ids[i];
+        int32_t& page = page_of[t * kBlocks + ids[i]];
+        if (page < 0) page = pages++;
+        const int64_t visible = std::min<int64_t>(128, pos + 1 - int64_t{ids[i]} * 128);
+        bytes += 2.0 * visible * (layout.code_row_bytes + layout.scale_row_bytes);
+      }
+    }
+  }
+  const int64_t variants = std::clamp<int64_t>(
+      static_cast<int64_t>(std::ceil(3.0 * static_cast<double>(l2_bytes) / bytes)), 1, 64);
+
+  std::vector<uint8_t> pool(static_cast<size_t>(pages * layout.page_bytes));
+  uint64_t state = rng();
+  for (int32_t pg = 0; pg < pages; ++pg) {
+    uint8_t* page = &pool[pg * layout.page_bytes];
+    for (const auto* r : {&layout.k_codes, &layout.v_codes}) fill_region(dtype, false, page + r->offset, r->bytes, state);
+    for (const auto* r : {&layout.k_scales, &layout.v_scales}) fill_region(dtype, true, page + r->offset, r->bytes, state);
+  }
+  kvcache::KvScales scales;
+  if (dtype == PageDType::kFP8) scales = {4.0f / 448, 4.0f / 448};
+  if (dtype == PageDType::kNVFP4) scales = {2.0f / 3, 2.0f / 3};
+  std::normal_distribution<float> normal;
+  std::vector<float> q(batch * kQHeads * kDim);
+  for (float& x : q) x = normal(rng);
+  std::vector<int32_t> positions(batch, pos), seq_of_token(batch);
+  for (int64_t t = 0; t < batch; ++t) seq_of_token[t] = static_cast<int32_t>(t);
+  std::vector<std::vector<int32_t>> tables(variants, std::vector<int32_t>(batch * kBlocks, 0));
+  for (int64_t v = 0; v < variants; ++v) {
+    for (size_t i = 0; i < page_of.size(); ++i) {
+      if (page_of[i] >= 0) tables[v][i] = static_cast<int32_t>(page_of[i] + v * pages);
+    }
+  }
+
+  // The CPU reference on variant 0.
+  const float softmax_scale = 1.0f / std::sqrt(float{kDim});
+  PagedAttentionParams p{.ctx = {positions.data(), seq_of_token.data(), tables[0].data(), batch, batch, kBlocks},
+                         .layout = &layout, .pool = pool.data(), .num_pages = pages, .scales = scales,
+                         .q = q.data(), .out = nullptr, .q_heads = kQHeads, .kv_heads = kKvHeads,
+                         .head_dim = kDim, .softmax_scale = softmax_scale, .selected = selected.data(),
+                         .topk = kTopk};
+  std::vector<float> want(q.size()), got(q.size());
+  p.out = want.data();
+  cpu::paged_attention(p);
+
+  cuda::DeviceBuffer d_pool(pool.size() * variants), d_q(q.size() * 4), d_out(q.size() * 4);
+  cuda::DeviceBuffer d_sel(selected.size() * 4), d_pos(batch * 4), d_seq(batch * 4);
+  d_pool.upload(pool.data(), pool.size());
+  for (int64_t v = 1; v < variants; ++v) {
+    FP4_CUDA_CHECK(cudaMemcpy(d_pool.as<uint8_t>() + v * pool.size(), d_pool.data(), pool.size(),
+                              cudaMemcpyDeviceToDevice));
+  }
+  d_q.upload(q.data(), q.size() * 4);
+  d_sel.upload(selected.data(), selected.size() * 4);
+  d_pos.upload(positions.data(), batch * 4);
+  d_seq.upload(seq_of_token.data(), batch * 4);
+  std::vector<cuda::DeviceBuffer> d_tables;
+  std::vector<PagedAttentionParams> launches;
+  for (int64_t v = 0; v < variants; ++v) {
+    d_tables.emplace_back(tables[v].size() * 4);
+    d_tables.back().upload(tables[v].data(), tables[v].size() * 4);
+    PagedAttentionParams pd = p;
+    pd.ctx = {d_pos.as<int32_t>(), d_seq.as<int32_t>(), d_tables.back().as<int32_t>(), batch, batch, kBlocks};
+    pd.pool = d_pool.as<uint8_t>();
+    pd.num_pages = pages * variants;
+    pd.q = d_q.as<float>();
+    pd.out = d_out.as<float>();
+    pd.selected = d_sel.as<int32_t>();
+    launches.push_back(pd);
+  }
+  const cuda::PagedAttentionOptions options{kernel, 0};
+  cuda::DeviceBuffer workspace(std::max<size_t>(cuda::paged_attention_workspace_bytes(launches[0], options), 16));
+
+  d_out.fill(0xFF);
+  cuda::paged_attention(launches[0], workspace.data(), workspace.bytes(), nullptr, options);
+  FP4_CUDA_CHECK(cudaDeviceSynchronize());
+  d_out.download(got.data(), got.size() * 4);
+  // The kernel tests' bound (tests/kernels/paged_attention_test.cpp) with n = 2048 keys, |V| <
+  // kValueBound and |logit| <= A = softmax_scale * kValueBound * |q|_1 (Hoelder).
+  bool ok = true;
+  for (int64_t row = 0; row < batch * kQHeads; ++row) {
+    double q1 = 0;
+    for (int64_t e = 0; e < kDim; ++e) q1 += std::abs(q[row * kDim + e]);
+    const double a = softmax_scale * kValueBound * q1;
+    const double tol = kValueBound * 0x1p-24 * ((2.0 * kDim + 336) * a + 8 * 2048 + 196);
+    for (int64_t e = 0; e < kDim; ++e) ok &= std::abs(double{got[row * kDim + e]} - want[row * kDim + e]) <= tol;
+  }
+
+  size_t next = 0;
+  const double ms = cuda::median_ms(
+      [&](cudaStream_t s) {
+        cuda::paged_attention(launches[next++ % launches.size()], workspace.data(), workspace.bytes(), s, options);
+      },
+      3, reps);
+  const std::string name = fmt::format("paged attention sparse {}{}", kvcache::page_dtype_name(dtype),
+                                       kernel_name == "auto" ? "" : " (" + kernel_name + ")");
+  return {device, name, fmt::format("b{} 64/4x128 top16 of 256K", batch), bytes, ms, copy_gbps, ok};
+}
+
+}  // namespace
+
+std::vector<Row> bench_paged_attention(const std::string& device, double copy_gbps, int reps,
+                                       const std::string& kernel) {
+  cuda::AttentionKernelChoice choice = cuda::AttentionKernelChoice::kAuto;
+  if (kernel == "tensor-core") choice = cuda::AttentionKernelChoice::kTensorCore;
+  else if (kernel == "cuda-core") choice = cuda::AttentionKernelChoice::kCudaCore;
+  else if (kernel != "auto") fail("bench_paged_attention: unknown kernel '{}' (auto, tensor-core, cuda-core)", kernel);
+  const size_t l2 = cuda::device_info(0).l2_bytes;
+  std::vector<Row> rows;
+  for (PageDType dtype : {PageDType::kNVFP4, PageDType::kFP8, PageDType::kBF16, PageDType::kFP32}) {
+    if (dtype == PageDType::kFP32 && choice == cuda::AttentionKernelChoice::kTensorCore) continue;
+    for (int64_t batch : {1, 16, 64}) {
+      rows.push_back(run_one(device, copy_gbps, reps, dtype, batch, choice, kernel, l2));
+      if (!rows.back().validated) {
+        fail_internal("{} ({}) disagrees with the CPU reference", rows.back().kernel, rows.back().shape);
+      }
+    }
+  }
+  return rows;
+}
+
+std::vector<Row> bench_paged_attention(const std::string& device, double copy_gbps, int reps) {
+  return bench_paged_attention(device, copy_gbps, reps, "auto");
+}
+
+}  // namespace fp4::bench
