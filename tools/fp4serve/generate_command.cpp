@@ -100,6 +100,13 @@ void run_generate(const GenerateFlags& f) {
     req.stop_token_ids.push_back(m.tokenizer->eos_id());
   }
 
+  // Checked before the cache is sized from these numbers.
+  FP4_CHECK(f.max_tokens >= 1, "--max-tokens must be at least 1, got {}", f.max_tokens);
+  const int64_t total = static_cast<int64_t>(req.prompt.size()) + f.max_tokens;
+  FP4_CHECK(m.config.max_position_embeddings == 0 || total <= m.config.max_position_embeddings,
+            "the prompt ({} tokens) + --max-tokens ({}) = {} exceeds the model's context of {} "
+            "tokens", req.prompt.size(), f.max_tokens, total, m.config.max_position_embeddings);
+
   engine::GeneratorOptions options;
   options.cache = engine::cache_formats(f.kv_cache_dtype, f.index_cache_dtype);
   engine::Generator generator(m, options,
