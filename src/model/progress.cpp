@@ -24,8 +24,15 @@ std::string progress_line(std::string_view label, int64_t done_bytes, int64_t to
   // GB once the total is large enough that MB would be a wall of digits.
   const bool gb = total_bytes >= 10'000'000'000;
   const double unit = gb ? 1e9 : 1e6;
-  return fmt::format("{}: {:.{}f} / {:.{}f} {}  {:3.0f}%  {:.0f} MB/s", label, done / unit,
-                     gb ? 2 : 1, total / unit, gb ? 2 : 1, gb ? "GB" : "MB", percent, rate);
+  std::string line = fmt::format("{}: {:.{}f} / {:.{}f} {}  {:3.0f}%  {:.0f} MB/s", label,
+                                 done / unit, gb ? 2 : 1, total / unit, gb ? 2 : 1,
+                                 gb ? "GB" : "MB", percent, rate);
+  // Time left at the rate so far; shown once there is a rate to extrapolate from.
+  if (rate > 0.0 && done < total) {
+    const int64_t eta = static_cast<int64_t>((total - done) / 1e6 / rate + 0.5);
+    line += fmt::format("  ETA {}:{:02d}", eta / 60, eta % 60);
+  }
+  return line;
 }
 
 ProgressBar::ProgressBar(std::string label, int64_t total_bytes, std::FILE* stream)

@@ -33,10 +33,10 @@ for sub in SUBCOMMANDS:
 for sub in PENDING:
     r = run(sub)
     check(r.returncode == 2 and "not implemented yet" in r.stderr, f"{sub} says it is not built and exits 2")
-# convert is built for --from-llama2c only; its other mode says it is not built yet.
+# convert without a mode names both of its modes.
 r = run("convert")
-check(r.returncode == 2 and "not built yet" in r.stderr and "--from-llama2c" in r.stderr,
-      "convert without --from-llama2c says NVFP4 conversion is not built and exits 2")
+check(r.returncode == 2 and "--from-llama2c" in r.stderr and "--experts nvfp4" in r.stderr,
+      "convert without a mode names its modes and exits 2")
 r = run()
 check(r.returncode == 2, "no subcommand exits 2")
 r = run("plan", "--no-such-flag")

@@ -1,7 +1,7 @@
 // `fp4serve convert`: checkpoint conversion, one mode per source. Built: --from-llama2c, a
 // llama2.c checkpoint and tokenizer to a Hugging Face Llama directory (docs/convert.md); the
-// reading and mapping are in llama2c.cpp. Converting a checkpoint's routed experts to NVFP4
-// (--in DIR --out DIR --experts nvfp4) is the next mode and is not built yet.
+// reading and mapping are in llama2c.cpp; --in DIR --out DIR --experts nvfp4, a checkpoint's
+// routed experts re-quantized to ModelOpt NVFP4 (convert_nvfp4.cpp).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "model/safetensors_writer.h"
 #include "tools/fp4serve/commands.h"
+#include "tools/fp4serve/convert_nvfp4.h"
 #include "tools/fp4serve/llama2c.h"
 
 namespace fp4::cli {
@@ -21,6 +22,10 @@ using nlohmann::ordered_json;
 struct ConvertFlags {
   std::string from_llama2c, tokenizer, out;
   bool force = false;
+  std::string in, experts, attention = "keep", report_json, model;
+  int threads = 0;
+  int64_t max_shard_bytes = 5'000'000'000;
+  bool dry_run = false;
 };
 
 // An existing non-empty directory is refused unless --force, so a typo in --out cannot
@@ -78,29 +83,64 @@ void run_from_llama2c(const ConvertFlags& flags) {
              tokenizer_json["model"]["merges"].size());
 }
 
+void run_nvfp4(const ConvertFlags& flags) {
+  FP4_CHECK(flags.experts == "nvfp4", "--experts {}: expected nvfp4 (the only format routed "
+            "experts are converted to)", flags.experts);
+  const convert::AttentionMode attention = convert::parse_attention_mode(flags.attention);
+  if (flags.dry_run) {
+    FP4_CHECK(!flags.model.empty() || !flags.in.empty(), "--dry-run needs --model PRESET (or --in DIR)");
+    fmt::print("{}", convert::format_nvfp4_dry_run(flags.model.empty() ? flags.in : flags.model));
+    return;
+  }
+  FP4_CHECK(!flags.in.empty() && !flags.out.empty(), "--experts nvfp4 needs --in DIR and --out DIR");
+  convert::Nvfp4ConvertOptions options;
+  options.in = flags.in;
+  options.out = flags.out;
+  options.attention = attention;
+  options.threads = flags.threads;
+  options.max_shard_bytes = flags.max_shard_bytes;
+  options.force = flags.force;
+  const convert::Nvfp4ConvertReport report = convert::convert_experts_to_nvfp4(options);
+  fmt::print("{}", convert::format_convert_report(report));
+  if (!flags.report_json.empty()) {
+    model::write_text_file_atomically(flags.report_json, convert::convert_report_json(report).dump(2) + "\n");
+  }
+}
+
 }  // namespace
 
 void add_convert_command(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<ConvertFlags>();
   CLI::App* sub = app.add_subcommand(
       "convert", "Convert a checkpoint: a llama2.c model to a Hugging Face Llama directory "
-                 "(--from-llama2c); routed experts to NVFP4 (not built yet)");
+                 "(--from-llama2c); a checkpoint's routed experts to NVFP4 (--in --out --experts nvfp4)");
   sub->add_option("--from-llama2c", flags->from_llama2c,
                   "llama2.c checkpoint (legacy version-0 .bin) to convert");
   sub->add_option("--tokenizer", flags->tokenizer, "llama2.c tokenizer (.bin) of that checkpoint");
   sub->add_option("--out", flags->out, "Output directory, new or empty");
   sub->add_flag("--force", flags->force,
                 "Write into a non-empty --out, replacing files of the same names");
+  sub->add_option("--in", flags->in, "Hugging Face checkpoint directory (BF16 or MXFP8) to convert");
+  sub->add_option("--experts", flags->experts, "Format of the routed experts: nvfp4");
+  sub->add_option("--attention", flags->attention,
+                  "Attention and index projections: keep (copied, default), mxfp8 or bf16");
+  sub->add_option("--threads", flags->threads, "Quantization threads (default: all cores)");
+  sub->add_option("--max-shard-bytes", flags->max_shard_bytes,
+                  "Tensor bytes per output shard, at most (default 5000000000)");
+  sub->add_option("--report-json", flags->report_json, "Also write the report as JSON to FILE");
+  sub->add_flag("--dry-run", flags->dry_run,
+                "Print the sizes before and after from the size model; read and write nothing");
+  sub->add_option("--model", flags->model, "With --dry-run: a preset (minimax-m3, ...)");
   sub->callback([flags, &exit_code] {
     if (!flags->from_llama2c.empty()) {
       run_from_llama2c(*flags);
       exit_code = 0;
       return;
     }
-    fmt::print(stderr, "fp4serve convert: checkpoint-to-NVFP4 conversion (--in DIR --out DIR "
-               "--experts nvfp4) is not built yet; it needs checkpoint loading. Built: "
-               "--from-llama2c CHECKPOINT.bin --tokenizer TOK.bin --out DIR.\n");
-    exit_code = kNotImplementedExit;
+    FP4_CHECK(!flags->experts.empty(), "fp4serve convert needs --from-llama2c FILE or "
+              "--in DIR --out DIR --experts nvfp4 (or --dry-run --model PRESET --experts nvfp4)");
+    run_nvfp4(*flags);
+    exit_code = 0;
   });
 }
 

@@ -379,9 +379,12 @@ TEST_F(CheckpointTest, BrokenFilesAndDirectoriesAreRefused) {
 
 TEST_F(CheckpointTest, ProgressBarIsDrawnWhenForcedAndEndsWithANewline) {
   EXPECT_EQ(progress_line("loading x", 50'000'000, 200'000'000, 2.0),
-            "loading x: 50.0 / 200.0 MB   25%  25 MB/s");
+            "loading x: 50.0 / 200.0 MB   25%  25 MB/s  ETA 0:06");
   EXPECT_EQ(progress_line("l", 12'340'000'000, 20'000'000'000, 10.0),
-            "l: 12.34 / 20.00 GB   62%  1234 MB/s");
+            "l: 12.34 / 20.00 GB   62%  1234 MB/s  ETA 0:06");
+  EXPECT_EQ(progress_line("l", 60'000'000, 30'000'000, 1.0).find("ETA"), std::string::npos)
+      << "no ETA once done";
+  EXPECT_EQ(progress_line("big", 1'000'000, 7'201'000'000, 1.0), "big: 1.0 / 7201.0 MB    0%  1 MB/s  ETA 120:00");
   write("model.safetensors",
         {{"a", "F32", {64}, std::vector<uint8_t>(256)}, f32_scalar("b", 1.0f)});
   std::FILE* log = std::tmpfile();
