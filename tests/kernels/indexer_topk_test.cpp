@@ -24,6 +24,7 @@
 #include "backend/cuda/indexer_topk.h"
 #include "kvcache/page_io.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/paged_batch.h"
 #include "tests/support/random.h"
 
 namespace fp4 {
@@ -33,32 +34,7 @@ using kvcache::PageDType;
 constexpr double kEps32 = 0x1p-24;
 constexpr int kPage = kvcache::kPageTokens;
 
-// The sequences of one step: each has `queries` tokens at the end of its context, and its
-// blocks on pages drawn at random from a shuffled pool (3 pages spare).
-struct Batch {
-  std::vector<int32_t> context, positions, seq_of_token, tables;
-  int64_t num_seqs = 0, max_blocks = 0, num_pages = 0;
-
-  Batch(const std::vector<int32_t>& contexts, int queries, std::mt19937_64& rng) : context(contexts) {
-    num_seqs = static_cast<int64_t>(contexts.size());
-    for (int32_t c : contexts) max_blocks = std::max<int64_t>(max_blocks, (c + kPage - 1) / kPage);
-    num_pages = num_seqs * max_blocks + 3;
-    std::vector<int32_t> pages(num_pages);
-    std::iota(pages.begin(), pages.end(), 0);
-    std::shuffle(pages.begin(), pages.end(), rng);
-    tables.assign(num_seqs * max_blocks, -1);
-    int next = 0;
-    for (int64_t s = 0; s < num_seqs; ++s) {
-      for (int64_t b = 0; b < (contexts[s] + kPage - 1) / kPage; ++b) tables[s * max_blocks + b] = pages[next++];
-      for (int q = std::max(0, contexts[s] - queries); q < contexts[s]; ++q) {
-        positions.push_back(q);
-        seq_of_token.push_back(static_cast<int32_t>(s));
-      }
-    }
-  }
-  int64_t tokens() const { return static_cast<int64_t>(positions.size()); }
-  int64_t slot(int64_t s, int64_t pos) const { return int64_t{tables[s * max_blocks + pos / kPage]} * kPage + pos % kPage; }
-};
+using Batch = testing::PagedBatch;
 
 enum class Values { kSmallIntegers, kGaussian };
 

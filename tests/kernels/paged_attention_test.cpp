@@ -20,6 +20,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/paged_attention.h"
 #include "formats/nvfp4.h"
+#include "tests/support/paged_batch.h"
 #include "tests/support/random.h"
 
 namespace fp4 {
@@ -30,38 +31,7 @@ using Choice = cuda::AttentionKernelChoice;
 constexpr double kU = 0x1p-24;  // FP32 unit roundoff
 constexpr int64_t kTopk = 16;
 
-// Sequences of `context` tokens whose last `queries` positions are the step's query tokens,
-// in shuffled order, with shuffled page ids and a few pages left over.
-struct Batch {
-  std::vector<int32_t> positions, seq_of_token, tables, context;
-  int64_t num_seqs = 0, max_blocks = 0, num_pages = 0;
-
-  Batch(std::vector<std::pair<int32_t, int32_t>> seqs, std::mt19937_64& rng) {
-    std::shuffle(seqs.begin(), seqs.end(), rng);
-    num_seqs = static_cast<int64_t>(seqs.size());
-    int64_t blocks = 0;
-    for (auto [c, q] : seqs) {
-      context.push_back(c);
-      max_blocks = std::max<int64_t>(max_blocks, (c + 127) / 128);
-      blocks += (c + 127) / 128;
-    }
-    num_pages = blocks + 3;
-    std::vector<int32_t> pages(num_pages);
-    std::iota(pages.begin(), pages.end(), 0);
-    std::shuffle(pages.begin(), pages.end(), rng);
-    tables.assign(num_seqs * max_blocks, -1);
-    int next = 0;
-    for (int64_t s = 0; s < num_seqs; ++s) {
-      for (int64_t b = 0; b < (context[s] + 127) / 128; ++b) tables[s * max_blocks + b] = pages[next++];
-      for (int32_t pos = context[s] - seqs[s].second; pos < context[s]; ++pos) {
-        positions.push_back(pos);
-        seq_of_token.push_back(static_cast<int32_t>(s));
-      }
-    }
-  }
-  int64_t tokens() const { return static_cast<int64_t>(positions.size()); }
-  int64_t slot(int64_t s, int64_t pos) const { return tables[s * max_blocks + pos / 128] * 128 + pos % 128; }
-};
+using Batch = testing::PagedBatch;
 
 // Per (KV head, token): ascending block ids, the local block always, -1 padding at the tail.
 std::vector<int32_t> random_selection(const Batch& b, int64_t kv_heads, std::mt19937_64& rng) {

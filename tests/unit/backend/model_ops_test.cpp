@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "tests/support/paged_batch.h"
 #include "tests/support/random.h"
 
 namespace fp4 {
@@ -96,36 +97,7 @@ TEST(CpuRouter, BiasChoosesExpertsButWeightsComeFromScores) {
   }
 }
 
-// A step of `seqs` sequences whose pages are scattered through a pool.
-struct PagedFixture {
-  std::vector<int32_t> positions, seq_of_token, tables;
-  int64_t num_seqs = 0, max_blocks = 0, num_pages = 0;
-  std::vector<int32_t> context;  // tokens per sequence after the step
-
-  PagedFixture(const std::vector<int32_t>& contexts, int queries_per_seq, std::mt19937_64& rng)
-      : context(contexts) {
-    num_seqs = static_cast<int64_t>(contexts.size());
-    for (int32_t c : contexts) max_blocks = std::max<int64_t>(max_blocks, (c + 127) / 128);
-    num_pages = num_seqs * max_blocks + 3;
-    std::vector<int32_t> pages(num_pages);
-    std::iota(pages.begin(), pages.end(), 0);
-    std::shuffle(pages.begin(), pages.end(), rng);
-    tables.assign(num_seqs * max_blocks, -1);
-    int next = 0;
-    for (int64_t s = 0; s < num_seqs; ++s) {
-      for (int64_t b = 0; b < (contexts[s] + 127) / 128; ++b) tables[s * max_blocks + b] = pages[next++];
-      for (int q = std::max(0, contexts[s] - queries_per_seq); q < contexts[s]; ++q) {
-        positions.push_back(q);
-        seq_of_token.push_back(static_cast<int32_t>(s));
-      }
-    }
-  }
-  int64_t tokens() const { return static_cast<int64_t>(positions.size()); }
-  PagedContext ctx() const {
-    return {positions.data(), seq_of_token.data(), tables.data(), tokens(), num_seqs, max_blocks};
-  }
-  int64_t slot(int64_t s, int64_t pos) const { return tables[s * max_blocks + pos / 128] * 128 + pos % 128; }
-};
+using testing::PagedBatch;
 
 // Exact small integers make every dot product exact in float and double, and make ties common,
 // so the selection rule (including ties to the lower block id) is checked exactly.
@@ -168,7 +140,7 @@ TEST(CpuIndexer, SelectsForcedThenBestBlocksAscendingWithTiesToLowerIds) {
   auto rng = testing::seeded_rng(4);
   const int64_t heads = 2, dim = 16, topk = 16;
   for (int64_t init : {0, 1}) {
-    PagedFixture f({1, 127, 128, 2048, 2049, 2600}, 3, rng);
+    PagedBatch f({1, 127, 128, 2048, 2049, 2600}, 3, rng);
     const auto layout = kvcache::index_page_layout(PageDType::kFP32, dim);
     std::vector<uint8_t> pool(f.num_pages * layout.page_bytes, 0xFF);  // NaN until written
     std::vector<std::vector<float>> keys(f.num_seqs);
@@ -207,7 +179,7 @@ TEST_P(CpuPagedAttention, MatchesDoubleAttentionOnTheDequantizedCache) {
   const int64_t q_heads = 8, kv_heads = 2, dim = 32, topk = 16;
   const float scale = 1.0f / std::sqrt(float(dim));
   for (bool sparse : {false, true}) {
-    PagedFixture f({1, 130, 2049, 2600}, 2, rng);
+    PagedBatch f({1, 130, 2049, 2600}, 2, rng);
     const auto layout = kvcache::kv_page_layout(GetParam(), kv_heads, dim);
     std::vector<uint8_t> pool(f.num_pages * layout.page_bytes, 0xFF);
     const int64_t vec = kv_heads * dim;
