@@ -33,18 +33,17 @@ AsyncEngine::~AsyncEngine() {
   thread_.join();
 }
 
-std::shared_ptr<RequestStream> AsyncEngine::submit(EngineRequest request) {
+RequestId AsyncEngine::submit(EngineRequest request, std::shared_ptr<RequestStream> stream) {
   engine_.validate(request);
-  std::shared_ptr<RequestStream> stream;
+  RequestId id = 0;
   {
     std::lock_guard lock(mutex_);
-    const RequestId id = next_id_++;
-    stream = std::make_shared<RequestStream>(id);
-    streams_.emplace(id, stream);
+    id = next_id_++;
+    streams_.emplace(id, std::move(stream));
     inbox_.push_back({id, std::move(request), std::chrono::steady_clock::now()});
   }
   wake_.notify_all();
-  return stream;
+  return id;
 }
 
 void AsyncEngine::abort(RequestId id) {

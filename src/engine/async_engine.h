@@ -18,18 +18,16 @@
 
 namespace fp4::engine {
 
-// One request's outputs, in order. The engine pushes; the client thread pops.
+// Outputs of one or more requests (an HTTP request with n > 1 or several prompts shares one),
+// in the order the engine produced them. The engine pushes; the client thread pops.
 class RequestStream {
  public:
-  explicit RequestStream(RequestId id) : id_(id) {}
-  RequestId id() const { return id_; }
 
   // Waits up to `timeout` for outputs; returns those queued (empty on timeout).
   std::vector<RequestOutput> wait(std::chrono::milliseconds timeout);
   void push(RequestOutput output);
 
  private:
-  RequestId id_;
   std::mutex mutex_;
   std::condition_variable ready_;
   std::vector<RequestOutput> queue_;
@@ -42,8 +40,9 @@ class AsyncEngine {
   AsyncEngine(const AsyncEngine&) = delete;
   AsyncEngine& operator=(const AsyncEngine&) = delete;
 
-  // Validates the request (fp4::Error when it can never run) and queues it.
-  std::shared_ptr<RequestStream> submit(EngineRequest request);
+  // Validates the request (fp4::Error when it can never run) and queues it; its outputs go to
+  // `stream`.
+  RequestId submit(EngineRequest request, std::shared_ptr<RequestStream> stream);
   // Ends the request if it is still active; its stream gets a final kAbort output.
   void abort(RequestId id);
 

@@ -32,14 +32,19 @@ std::vector<Case> make_cases(const LoadedModel& model, std::mt19937_64& rng, int
   std::vector<Case> cases;
   for (int i = 0; i < n; ++i) {
     EngineRequest r;
-    if (i % 3 == 0) {
+    r.max_tokens = 1 + rng() % 40;
+    if (i < 2) {
+      // Two prompts of two pages each that grow into a third page while decoding: in a pool of
+      // four pages the second must be preempted.
+      r.prompt = random_prompt(250, vocab, rng);
+      r.max_tokens = 30;
+    } else if (i % 3 == 0) {
       r.prompt = random_prompt(1 + rng() % 200, vocab, rng);
     } else {
       r.prompt.assign(shared.begin(), shared.begin() + 130 + rng() % 170);
       const auto tail = random_prompt(1 + rng() % 20, vocab, rng);
       r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
     }
-    r.max_tokens = 1 + rng() % 40;
     r.ignore_eos = true;
     if (i % 2 == 0) {
       r.sampling.temperature = 0;
@@ -75,9 +80,9 @@ TEST(Engine, BatchedRequestsGetTheTokensTheyGetAlone) {
   auto rng = testing::seeded_rng(1);
   const LoadedModel model = random_model(tiny_m3_config(), rng);
   const std::vector<Case> cases = make_cases(model, rng, 12);
-  // 8 pages of 128 tokens: requests of up to ~360 tokens each, so decodes run out of pages and
+  // 4 pages of 128 tokens: requests of up to ~360 tokens each, so decodes run out of pages and
   // preempt; a budget of 96 tokens splits every longer prompt into chunks.
-  LlmEngine engine(model, small_pool(8, 96, 6));
+  LlmEngine engine(model, small_pool(4, 96, 6));
   for (size_t i = 0; i < cases.size(); ++i) engine.add_request(static_cast<RequestId>(i), cases[i].request);
   std::map<RequestId, std::vector<int32_t>> got;
   std::map<RequestId, RequestOutput> last;
@@ -185,7 +190,8 @@ TEST(AsyncEngine, ConcurrentClientsGetTheTokensTheyGetAlone) {
   std::vector<std::thread> clients;
   for (size_t i = 0; i < cases.size(); ++i) {
     clients.emplace_back([&, i] {
-      const auto stream = async.submit(cases[i].request);
+      const auto stream = std::make_shared<RequestStream>();
+      async.submit(cases[i].request, stream);
       for (bool done = false; !done;) {
         for (const RequestOutput& o : stream->wait(std::chrono::milliseconds(1000))) {
           for (const TokenOutput& t : o.tokens) got[i].push_back(t.token);
@@ -202,9 +208,10 @@ TEST(AsyncEngine, ConcurrentClientsGetTheTokensTheyGetAlone) {
   // Aborting a long request from the client side ends its stream with kAbort.
   EngineRequest long_request = cases[0].request;
   long_request.max_tokens = 500;
-  const auto stream = async.submit(long_request);
+  const auto stream = std::make_shared<RequestStream>();
+  const RequestId id = async.submit(long_request, stream);
   stream->wait(std::chrono::milliseconds(1000));
-  async.abort(stream->id());
+  async.abort(id);
   FinishReason reason = FinishReason::kNone;
   for (int i = 0; i < 100 && reason == FinishReason::kNone; ++i) {
     for (const RequestOutput& o : stream->wait(std::chrono::milliseconds(100))) reason = o.finish_reason;
