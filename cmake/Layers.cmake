@@ -2,7 +2,7 @@
 # itself shows (and enforces) that dependencies point down. Layers of equal rank (the CPU and
 # CUDA backends) may not see each other.
 set(FP4_LAYER_RANKS core=0 formats=1 kvcache=2 backend=3 backend_cpu=4 backend_cuda=4 model=5
-    tokenizer=5 sampling=5 scheduler=6 engine=7 server=8 tools=9)
+    tokenizer=5 sampling=5 chat=5 scheduler=6 engine=7 server=8 tools=9)
 
 function(fp4_layer_rank layer out)
   foreach(entry ${FP4_LAYER_RANKS})

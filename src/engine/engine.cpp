@@ -97,6 +97,7 @@ void LlmEngine::add_request(RequestId id, EngineRequest r, Clock::time_point arr
   a.stop_ids = r.stop_token_ids;
   if (!r.ignore_eos) {
     for (int64_t e : model_.config.eos_token_ids) a.stop_ids.push_back(static_cast<int32_t>(e));
+    if (model_.tokenizer && model_.tokenizer->eos_id() >= 0) a.stop_ids.push_back(model_.tokenizer->eos_id());
   }
   if (model_.tokenizer) a.detokenizer.emplace(*model_.tokenizer, r.skip_special_tokens);
   scheduler_.add(id, r.prompt);
