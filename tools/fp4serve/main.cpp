@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   fp4::cli::add_bench_command(app, exit_code);
   fp4::cli::add_init_model_command(app, exit_code);
   // Exit status: 0 success; 2 bad input (a flag CLI11 rejects, or an fp4::Error: every check
-  // of user input throws one, naming the field and the numbers) and subcommands not built yet;
+  // of user input throws one, naming the field and the numbers);
   // 1 anything unexpected.
   try {
     app.parse(argc, argv);
