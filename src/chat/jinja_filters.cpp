@@ -6,6 +6,7 @@
 
 #include "chat/jinja_builtins.h"
 #include "chat/jinja_error.h"
+#include "chat/jinja_format.h"
 #include "chat/jinja_json.h"
 #include "chat/jinja_ops.h"
 #include "chat/jinja_strings.h"
@@ -167,6 +168,16 @@ Value f_float(const Value& v, CallArgs& a) {
     if (auto d = parse_float(v.as_string())) return Value(*d);
   }
   return b.get_or(0, Value(0.0));
+}
+
+Value f_format(const Value& v, CallArgs& a) {
+  if (!a.positional.empty() && !a.keyword.empty()) {
+    eval_fail("can't handle positional and keyword arguments at the same time");
+  }
+  if (a.keyword.empty()) return Value(percent_format(to_str(v), Value::list(a.positional, true)));
+  DictData d;
+  for (const auto& [k, value] : a.keyword) d.set(k, value);
+  return Value(percent_format(to_str(v), Value::dict(std::move(d))));
 }
 
 Value f_indent(const Value& v, CallArgs& a) {
@@ -403,6 +414,7 @@ Value f_unique(const Value& v, CallArgs& a) {
   std::vector<Value> out, seen;
   for (const Value& item : iterate(v)) {
     Value key = sort_key(item, attribute, cs);
+    if ((key.is_list() && !key.as_list().tuple) || key.is_dict()) eval_fail("unhashable type: '{}'", type_name(key));
     if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); })) continue;
     seen.push_back(std::move(key));
     out.push_back(item);
@@ -420,7 +432,7 @@ const std::unordered_map<std::string_view, Filter>& filters() {
       {"abs", f_abs},           {"capitalize", f_capitalize}, {"count", f_length},
       {"d", f_default},         {"default", f_default},       {"dictsort", f_dictsort},
       {"e", f_escape},          {"escape", f_escape},         {"first", f_first},
-      {"float", f_float},       {"indent", f_indent},         {"int", f_int},
+      {"float", f_float},       {"format", f_format},         {"indent", f_indent},         {"int", f_int},
       {"items", f_items},       {"join", f_join},             {"last", f_last},
       {"length", f_length},     {"list", f_list},             {"lower", f_lower},
       {"map", f_map},           {"max", f_max},               {"min", f_min},
@@ -439,7 +451,7 @@ const std::unordered_map<std::string_view, Filter>& filters() {
 // which Jinja accepts, so they fail only when called.
 bool jinja_only_filter(std::string_view name) {
   static constexpr std::string_view kJinjaOnly[] = {
-      "attr",     "batch",     "center",   "filesizeformat", "forceescape", "format",
+      "attr",     "batch",     "center",   "filesizeformat", "forceescape",
       "groupby",  "pprint",    "random",   "round",          "slice",       "striptags",
       "truncate", "urlencode", "urlize",   "wordcount",      "wordwrap",    "xmlattr"};
   for (std::string_view known : kJinjaOnly) {

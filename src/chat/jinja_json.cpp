@@ -88,6 +88,7 @@ void dump(const Value& v, const JsonDumpOptions& o, const std::string& item_sep,
     }
     case Value::Kind::String: dump_string(v.as_string(), o.ensure_ascii, out); return;
     case Value::Kind::List: {
+      if (v.is_view()) eval_fail("Object of type {} is not JSON serializable", type_name(v));
       const auto& items = v.as_list().items;
       if (items.empty()) {
         out += "[]";

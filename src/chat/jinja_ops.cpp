@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "chat/jinja_error.h"
+#include "chat/jinja_format.h"
 #include "chat/jinja_methods.h"
 #include "chat/jinja_strings.h"
 
@@ -129,7 +130,7 @@ Value get_item(const Value& obj, const Value& key) {
       break;
     case Value::Kind::List:
     case Value::Kind::String:
-      if (key.is_integral()) {
+      if (key.is_integral() && !obj.is_view()) {
         int64_t i = key.as_int();
         if (obj.is_list()) {
           const auto& items = obj.as_list().items;
@@ -156,7 +157,7 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
   if (obj.is_string()) {
     return Value(utf8_encode(slice_seq(utf8_decode(obj.as_string()), start, stop, step)));
   }
-  if (obj.is_list()) {
+  if (obj.is_sequence_list()) {
     return Value::list(slice_seq(obj.as_list().items, start, stop, step), obj.as_list().tuple);
   }
   eval_fail("'{}' object is not subscriptable", type_name(obj));
@@ -172,7 +173,7 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
       if (a.as_string().size() + b.as_string().size() > kMaxStringBytes) eval_fail("string too long");
       return Value(a.as_string() + b.as_string());
     }
-    if (a.is_list() && b.is_list() && a.as_list().tuple == b.as_list().tuple) {
+    if (a.is_sequence_list() && b.is_sequence_list() && a.as_list().tuple == b.as_list().tuple) {
       std::vector<Value> items = a.as_list().items;
       items.insert(items.end(), b.as_list().items.begin(), b.as_list().items.end());
       return Value::list(std::move(items), a.as_list().tuple);
@@ -190,14 +191,12 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
   if (op == "*") {
     if (ints) return Value(checked(mul_overflow, a.as_int(), b.as_int(), op));
     if (nums) return Value(a.as_double() * b.as_double());
-    if ((a.is_string() || a.is_list()) && b.is_integral()) return repeat(a, b.as_int());
-    if ((b.is_string() || b.is_list()) && a.is_integral()) return repeat(b, a.as_int());
+    if ((a.is_string() || a.is_sequence_list()) && b.is_integral()) return repeat(a, b.as_int());
+    if ((b.is_string() || b.is_sequence_list()) && a.is_integral()) return repeat(b, a.as_int());
     unsupported(op, a, b);
   }
-  if (!nums) {
-    if (op == "%" && a.is_string()) eval_fail("printf-style formatting with '%' is not supported");
-    unsupported(op, a, b);
-  }
+  if (op == "%" && a.is_string()) return Value(percent_format(a.as_string(), b));
+  if (!nums) unsupported(op, a, b);
   if (op == "/") {
     if (b.as_double() == 0) eval_fail("division by zero");
     return Value(a.as_double() / b.as_double());
@@ -270,7 +269,10 @@ bool contains(const Value& container, const Value& item) {
         if (equals(v, item)) return true;
       }
       return false;
-    case Value::Kind::Dict: return item.is_string() && container.as_dict().find(item.as_string());
+    case Value::Kind::Dict:
+      if (item.is_list() && !item.as_list().tuple) eval_fail("unhashable type: '{}'", type_name(item));
+      if (item.is_dict() || item.kind() == Value::Kind::Namespace) eval_fail("unhashable type: '{}'", type_name(item));
+      return item.is_string() && container.as_dict().find(item.as_string());
     default: eval_fail("argument of type '{}' is not iterable", type_name(container));
   }
 }

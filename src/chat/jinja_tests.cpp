@@ -38,8 +38,10 @@ bool is_mapping(const Value& v) { return v.is_dict(); }
 bool is_callable(const Value& v) { return v.kind() == Value::Kind::Callable; }
 bool is_escaped(const Value&) { return false; }
 // Undefined has __len__ and __getitem__ and __iter__ in Jinja, so it is a sequence and iterable.
-bool is_sequence(const Value& v) { return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined(); }
-bool is_iterable(const Value& v) { return is_sequence(v); }
+bool is_sequence(const Value& v) {
+  return v.is_string() || v.is_sequence_list() || v.is_dict() || v.is_undefined();
+}
+bool is_iterable(const Value& v) { return is_sequence(v) || v.is_view(); }
 bool is_lower(const Value& v) {
   CallArgs none;
   return truthy(call(get_attr(Value(to_str(v)), "islower"), none));

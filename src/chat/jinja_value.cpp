@@ -175,7 +175,7 @@ bool less(const Value& a, const Value& b) {
     return a.as_double() < b.as_double();
   }
   if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();  // code point order
-  if (a.is_list() && b.is_list() && a.as_list().tuple == b.as_list().tuple) {
+  if (a.is_sequence_list() && b.is_sequence_list() && a.as_list().tuple == b.as_list().tuple) {
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
@@ -196,7 +196,7 @@ std::string type_name(const Value& v) {
     case Value::Kind::Int: return "int";
     case Value::Kind::Float: return "float";
     case Value::Kind::String: return "str";
-    case Value::Kind::List: return v.as_list().tuple ? "tuple" : "list";
+    case Value::Kind::List: return v.as_list().view ? v.as_list().view : v.as_list().tuple ? "tuple" : "list";
     case Value::Kind::Dict: return "dict";
     case Value::Kind::Namespace: return "Namespace";
     case Value::Kind::Callable: return "function";

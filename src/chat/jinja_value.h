@@ -74,6 +74,9 @@ class Value {
   bool is_string() const { return kind() == Kind::String; }
   bool is_list() const { return kind() == Kind::List; }
   bool is_dict() const { return kind() == Kind::Dict; }
+  bool is_view() const { return is_list() && as_list().view; }
+  // A list or tuple proper: indexable, sliceable, concatenable (a dict view is none of these).
+  bool is_sequence_list() const { return is_list() && !as_list().view; }
   // bool is a number, as in Python.
   bool is_number() const {
     return kind() == Kind::Bool || kind() == Kind::Int || kind() == Kind::Float;

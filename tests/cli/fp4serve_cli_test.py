@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 BINARY = sys.argv[1]
-SUBCOMMANDS = ["serve", "generate", "plan", "convert", "bench"]
+SUBCOMMANDS = ["serve", "generate", "plan", "convert", "bench", "init-model"]
 failures = []
 passed = 0
 

@@ -224,10 +224,10 @@ def check_config(d, seed):
           sparse["sparse_block_size"] == 128 and sparse["sparse_topk_blocks"] == 16 and
           sparse["sparse_local_block"] == 1 and sparse["sparse_num_index_heads"] == text["num_key_value_heads"],
           "MSA in every layer, 128-token blocks, top 16 with the local block, an index head per KV head")
-    check(text["num_attention_heads"] // text["num_key_value_heads"] == 16 and
+    check(text["num_key_value_heads"] == 4 and text["num_attention_heads"] % 4 == 0 and
           text["rotary_dim"] * 2 == text["head_dim"] and text["use_gemma_norm"] and text["use_qk_norm"] and
           text["hidden_act"] == "swigluoai" and text["use_routing_bias"] and 0 < sum(text["moe_layer_freq"]) < layers,
-          "the family's GQA 16, half-head RoPE, Gemma and QK norms, SwiGLU-OAI, biased routing, dense then MoE")
+          "the family's 4 KV heads, half-head RoPE, Gemma and QK norms, SwiGLU-OAI, biased routing, dense then MoE")
 
 
 def check_readme(d, seed):
@@ -353,6 +353,8 @@ def main():
         check(r.returncode == 2 and "not empty" in r.stderr, f"a non-empty --out is refused: {r.stderr.strip()}")
         init_model(a, "--force")
         check(files_of(a) == fb, "--force rewrites the same bytes")
+        r = run("init-model", "--out", tmp / "x", "--seed", -1)
+        check(r.returncode == 2 and not (tmp / "x").exists(), f"a negative seed is refused: {r.stderr.strip()}")
         r = run("init-model", "--out", tmp / "x", "--preset", "huge")
         check(r.returncode == 2 and PRESET in r.stderr and not (tmp / "x").exists(),
               f"an unknown preset is refused before anything is written: {r.stderr.strip()}")

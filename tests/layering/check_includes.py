@@ -10,7 +10,7 @@ import re
 import sys
 
 RANKS = {"core": 0, "formats": 1, "kvcache": 2, "backend": 3, "backend_cpu": 4, "backend_cuda": 4,
-         "model": 5, "tokenizer": 5, "sampling": 5, "scheduler": 6, "engine": 7, "server": 8}
+         "model": 5, "tokenizer": 5, "sampling": 5, "chat": 5, "scheduler": 6, "engine": 7, "server": 8}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 

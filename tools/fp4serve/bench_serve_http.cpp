@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -9,6 +10,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <charconv>
+#include <limits>
 #include <vector>
 
 #include "core/check.h"
@@ -28,6 +30,7 @@ namespace {
 
 constexpr size_t kErrorBodyLimit = 64 * 1024;
 constexpr uint64_t kGetBodyLimit = uint64_t{64} << 20;
+constexpr auto kDrainGrace = std::chrono::seconds(2);
 
 // Runs one asynchronous operation to completion on this thread's io_context. Async operations
 // are used, with this loop making them synchronous again, because only they honour the
@@ -42,7 +45,7 @@ beast::error_code run_one(net::io_context& ioc, Start&& start) {
 }
 
 std::string describe(const beast::error_code& ec, const char* during, double timeout_s) {
-  if (ec == beast::error::timeout) return fmt::format("timed out while {} (after {} s)", during, timeout_s);
+  if (ec == beast::error::timeout) return fmt::format("timed out while {} (after {:.2f} s)", during, timeout_s);
   return fmt::format("connection error while {}: {}", during, ec.message());
 }
 
@@ -127,7 +130,9 @@ HttpResponse HttpClient::get(std::string_view path, double timeout_s) const {
     return out;
   }
   out.status = static_cast<int>(parser.get().result_int());
-  out.reason = std::string(parser.get().reason());
+  // Not std::string(view): with Boost 1.83's core::string_view that construction is ambiguous.
+  const auto reason = parser.get().reason();
+  out.reason.assign(reason.data(), reason.size());
   out.body = std::move(parser.get().body());
   beast::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
@@ -159,27 +164,43 @@ HttpResponse HttpClient::stream(std::string_view path, const std::string& json_b
   }
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(boost::none);
+  // No limit on a stream's length. Not boost::none: Boost 1.74 compares a Content-Length with
+  // the optional limit directly, and an empty optional is less than any number, so every
+  // response with a Content-Length (an error body) would fail as over the limit.
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   if (auto ec = run_one(ioc, [&](auto h) { http::async_read_header(stream, buffer, parser, h); })) {
     out.error = describe(ec, "waiting for the response header", timeout_s);
     return out;
   }
   out.status = static_cast<int>(parser.get().result_int());
-  out.reason = std::string(parser.get().reason());
+  // Not std::string(view): with Boost 1.83's core::string_view that construction is ambiguous.
+  const auto reason = parser.get().reason();
+  out.reason.assign(reason.data(), reason.size());
 
   // read_some (not read) returns as soon as any body bytes are parsed, so each SSE event is
   // handed on when it arrives rather than when a buffer fills.
   std::array<char, 16 * 1024> chunk;
+  bool draining = false;
   while (!parser.is_done()) {
     parser.get().body().data = chunk.data();
     parser.get().body().size = chunk.size();
     beast::error_code ec = run_one(ioc, [&](auto h) { http::async_read_some(stream, buffer, parser, h); });
     if (ec == http::error::need_buffer) ec = {};  // the chunk buffer filled up: not an error
+    if (draining) {
+      if (ec) break;  // the caller has all it needs: how the rest ends does not matter
+      continue;
+    }
     const size_t n = chunk.size() - parser.get().body().size;
     if (n > 0) {
       const std::string_view piece(chunk.data(), n);
       if (out.status == 200) {
-        if (!on_body(piece)) break;
+        if (!on_body(piece)) {
+          // Read the rest (the end of the chunked body) rather than close with unread bytes,
+          // which would reset the connection under the server; but give a server that keeps
+          // the body open after its last event only a short grace.
+          draining = true;
+          stream.expires_at(std::min(deadline, Clock::now() + kDrainGrace));
+        }
       } else if (out.body.size() < kErrorBodyLimit) {
         out.body.append(piece.substr(0, kErrorBodyLimit - out.body.size()));
       }

@@ -60,7 +60,7 @@ uint64_t name_hash(std::string_view name) {
 std::vector<float> initial_values(const TensorSpec& t, uint64_t seed) {
   int64_t n = 1;
   for (int64_t d : t.shape) n *= d;
-  std::vector<float> v(static_cast<size_t>(n), t.init == Init::kOnes ? 1.0f : 0.0f);
+  std::vector<float> v(static_cast<size_t>(n), 0.0f);
   if (t.init != Init::kNormal) return v;
   SplitMix64 rng(SplitMix64(seed).next() ^ name_hash(t.name));
   for (float& x : v) x = static_cast<float>(t.std * rng.normal());
@@ -149,9 +149,12 @@ void prepare_output_dir(const std::string& dir, bool force) {
 std::vector<std::string> preset_names() { return {"tiny-m3.1-flash"}; }
 
 const RandomModelPreset& find_preset(std::string_view name) {
-  // MiniMax-M3.1-Flash shrunk: 16 query heads per KV head and 4 KV (and index) heads as in the
-  // full model, partial RoPE on half of each head, a dense first layer then MoE layers with
-  // top-4 routing and one shared expert of the routed experts' width, MSA in every layer.
+  // MiniMax-M3.1-Flash shrunk: 4 KV heads, hence 4 index heads each selecting its own blocks,
+  // as in the full model (but 4 query heads per KV head, not 16: 64 query heads measured 2-3x
+  // slower to decode on the CPU), RoPE on half of each head, a dense first layer then MoE
+  // layers with top-4 routing and one shared expert of the routed experts' width, MSA in every
+  // layer. Sized for a fast CPU decode (about 1 ms of one core per token at short contexts) in
+  // well under 8 MiB.
   static const RandomModelPreset kTiny{.name = "tiny-m3.1-flash",
                                        .hidden_size = 128,
                                        .num_layers = 4,
@@ -243,10 +246,7 @@ InitModelReport write_random_model(const InitModelOptions& o) {
     store(t, values, stored);
   }
   std::vector<model::SafetensorsWriteTensor> tensors;
-  for (const StoredTensor& t : stored) {
-    tensors.push_back({t.name, t.dtype, t.shape, t.bytes});
-    report.safetensors_bytes += static_cast<int64_t>(t.bytes.size());
-  }
+  for (const StoredTensor& t : stored) tensors.push_back({t.name, t.dtype, t.shape, t.bytes});
   report.tensors = static_cast<int64_t>(tensors.size());
   const convert::QuantConfig quant = quantization_config(specs);
   const ordered_json config = config_json(preset, o.seed, quant.config_block);

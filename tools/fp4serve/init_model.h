@@ -54,7 +54,8 @@ nlohmann::ordered_json generation_config_json();
 
 // How each stored tensor of the checkpoint is initialized and stored.
 enum class Storage { kBf16, kF32, kNvfp4 };
-enum class Init { kNormal, kZeros, kOnes };
+// Norm weights are zeros: the family's Gemma norms multiply by 1 + w.
+enum class Init { kNormal, kZeros };
 struct TensorSpec {
   std::string name;             // the weight's full name, "language_model." prefix included
   std::vector<int64_t> shape;   // logical [rows, cols] or [n]

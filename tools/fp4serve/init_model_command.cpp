@@ -22,7 +22,10 @@ void add_init_model_command(CLI::App& app, int& exit_code) {
   sub->add_option("--preset", options->preset,
                   fmt::format("Architecture: {}", fmt::join(init_model::preset_names(), ", ")))
       ->capture_default_str();
-  sub->add_option("--seed", options->seed, "Seed of the random weights")->capture_default_str();
+  // CLI11 would read "-1" into the unsigned seed as 2^64 - 1; a minus sign is a mistake instead.
+  sub->add_option("--seed", options->seed, "Seed of the random weights (0 to 2^64 - 1)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   sub->add_flag("--force", options->force,
                 "Write into a non-empty --out, replacing files of the same names");
   sub->callback([options, &exit_code] {

@@ -98,8 +98,8 @@ std::string readme_text(const RandomModelPreset& p, uint64_t seed, int64_t param
 
 This directory is fp4serve's built-in model. Its weights are **random**: drawn by
 `fp4serve init-model --preset {preset} --seed {seed}` from a fixed seed, not trained, so
-everything it generates is noise. It exists so that `fp4serve serve` and `fp4serve generate`
-have a model of the right architecture on a fresh machine, with nothing to download. The same
+everything it generates is noise. It exists so that `fp4serve serve` without `--model` has a
+model of the right architecture to serve on a fresh machine, with nothing to download. The same
 seed gives the same bytes on every machine.
 
 ## Architecture

@@ -271,9 +271,8 @@ def random_expression(rng, depth=0):
     if kind == 5:
         # Jinja folds a slice of constants at compile time, turning its TypeError into Undefined
         # (a quirk of its optimizer that fp4serve does not copy), so slices take a variable.
-        seq = sub()
-        if not any(name in seq for name in ("n", "f", "s", "l", "d", "e", "t", "fl", "nothing", "words")):
-            seq = rng.choice(["s", "l", "n", "words", "d", "t"])
+        var = rng.choice(["s", "l", "n", "words", "d", "t", "f", "nothing", "e"])
+        seq = rng.choice([var, f"({var}|list)", f"({var} ~ {sub()})", f"({var} + {sub()})"])
         return rng.choice([f"{seq}[{rng.randrange(-3, 4)}]", f"{seq}[{rng.randrange(-2, 3)}:]",
                            f"{seq}[:{rng.randrange(-2, 3)}]", f"{seq}[::-1]", f"{seq}['k']"])
     if kind == 6:
