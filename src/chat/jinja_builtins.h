@@ -1,6 +1,6 @@
 // Jinja's built-in filters (`x | trim`) and tests (`x is defined`), with transformers' tojson.
-// The names are checked when a template is parsed, as Jinja does, so a misspelt filter fails
-// at load time even on a branch no conversation takes.
+// The parser checks the names (check_filter_name, check_test_name) where Jinja's compiler does,
+// so a misspelt filter fails when the template is loaded rather than on some later request.
 #pragma once
 
 #include <string>

@@ -1,6 +1,7 @@
 // Jinja's built-in filters, each as jinja2/filters.py defines it with autoescape off (the
 // setting transformers uses), and transformers' tojson.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <unordered_map>
 

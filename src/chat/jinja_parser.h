@@ -10,8 +10,9 @@
 namespace fp4::chat::jinja {
 
 // Throws fp4::Error "chat template syntax error at line L, column C: ..." for bad syntax, an
-// unknown tag, filter or test, or a tag fp4serve does not implement (include, extends, call...).
-// The result carries each frame's symbol analysis (jinja_symbols.h).
+// unknown tag, a tag fp4serve does not implement (include, extends, call...), or an unknown
+// filter or test outside an if statement or conditional expression (Jinja checks those when
+// they run). The result carries each frame's symbol analysis (jinja_symbols.h).
 Template parse_template(std::string_view source);
 
 }  // namespace fp4::chat::jinja
