@@ -1,0 +1,1 @@
+"""Training, export and evaluation of fp4serve's default model (README.md)."""
