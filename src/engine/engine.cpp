@@ -140,7 +140,6 @@ model::StepBatch LlmEngine::build_batch(const scheduler::SchedulerOutput& out) c
 
 std::vector<RequestOutput> LlmEngine::step() {
   const scheduler::SchedulerOutput out = scheduler_.schedule();
-  metrics_.num_preemptions = scheduler_.total_preemptions();
   if (out.empty()) {
     update_gauges();
     return {};

@@ -214,9 +214,11 @@ void OpenAiServer::generate(Endpoint endpoint, const HttpRequest& request, HttpR
       if (!responder.write_chunk("data: " + dump(chunk) + "\n\n")) return;
     }
   }
+  // Prompt tokens count once per prompt (not per choice), and so do their cache hits: those
+  // of each prompt's first choice.
   for (const Choice& c : choices) {
     usage.completion_tokens += c.output_tokens;
-    usage.cached_tokens += c.cached_prompt_tokens;
+    if (c.index % r.n == 0) usage.cached_tokens += c.cached_prompt_tokens;
   }
   if (!r.stream) {
     if (!error.empty()) throw ApiError(500, error, "server_error");

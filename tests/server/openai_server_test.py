@@ -70,7 +70,9 @@ class Server:
         for line in text.splitlines():
             if line and not line.startswith("#"):
                 name, value = line.rsplit(" ", 1)
-                values[name.split("{")[0]] = float(value)
+                # Labelled series keep their finished_reason; the model_name label is dropped.
+                reason = re.search(r'finished_reason="(\w+)"', name)
+                values[name.split("{")[0] + (f"/{reason.group(1)}" if reason else "")] = float(value)
         return values
 
     def wait_idle(self, timeout=30):
@@ -159,6 +161,8 @@ def api_tests(s):
     check([c.text for c in a.choices] == [c.text for c in b.choices], "the same seed gives the same choices")
     check(len({c.text for c in a.choices}) > 1, "n choices from one seed differ")
     check(a.usage.completion_tokens == 24, "usage counts every choice's tokens")
+    check(a.usage.prompt_tokens == ntok and a.usage.prompt_tokens_details.cached_tokens <= ntok,
+          "n=3: prompt tokens and their cache hits count once per prompt")
 
     # Logprobs.
     lp = client.completions.create(model=MODEL, prompt=prompt, max_tokens=5, logprobs=2, **greedy())
@@ -237,12 +241,14 @@ def disconnect_test(s):
     got = b""
     while got.count(b"data: ") < 3:
         got += sock.recv(4096)
-    check(s.metrics()["fp4serve:kv_cache_pages_used"] > 0, "a running stream holds pages")
+    held = s.metrics()
+    check(held["fp4serve:kv_cache_pages_used"] > 0, "a running stream holds pages")
     sock.close()
     m = s.wait_idle()
     check(m["fp4serve:kv_cache_pages_used"] == 0 and m["vllm:num_requests_running"] == 0,
           "a client that disconnects mid-stream has its request aborted and its pages freed")
-    check(m['vllm:request_success_total'] >= 0, "request_success_total is exported")
+    check(m["vllm:request_success_total/abort"] == held["vllm:request_success_total/abort"] + 1,
+          "the disconnected request is counted as aborted in request_success_total")
 
 
 def concurrency_test(s):
