@@ -20,7 +20,7 @@ class BatchConfig:
     arith_len: int = 1024
     kv_tokens: int = 65536
     length_mix: dict = field(default_factory=lambda: dict(data.LENGTH_MIX))
-    curriculum_steps: int = 600
+    curriculum_steps: int = 800
     distill_answers: int = 32   # answer positions per row (the ones retrieval depends on)
     distill_random: int = 32    # uniformly drawn positions per row
     tasks: data.DataConfig = field(default_factory=data.DataConfig)

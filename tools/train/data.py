@@ -42,7 +42,9 @@ class DataConfig:
     value_len: tuple = (2, 5)     # retrieval values: this many digits (inclusive)
     chat_prob: float = 0.2
     arith_in_kv: int = 2          # arithmetic problems among the queries of a haystack
-    queries_per_2k: float = 1.0   # queries of a haystack: 4 + this per 2,048 tokens
+    query_every: int = 48         # a haystack gets one query per this many tokens of its row,
+    min_queries: int = 4          # at least this many
+    max_queries: int = 64         # and at most this many
     op_weights: dict = field(default_factory=lambda: {"add": 1.0, "sub": 1.0, "mul": 1.0})
 
 
@@ -186,8 +188,12 @@ def max_qa_tokens(cfg, chat):
     return max(kv, arith) + chat_extra
 
 
-def n_queries_for(cfg, length):
-    return 4 + int(cfg.queries_per_2k * length / 2048)
+def n_queries_for(cfg, length, chat=False):
+    """Queries per haystack: dense on short rows, where they are cheap and teach the lookup
+    fastest (about a third of the lines at 256 tokens), capped on long ones; a third as many in
+    chat form, whose turns cost about 21 tokens more per query."""
+    n = min(cfg.max_queries, max(cfg.min_queries, length // cfg.query_every))
+    return max(cfg.min_queries, n // 3) if chat else n
 
 
 def kv_document(rng, cfg, length):
@@ -196,7 +202,7 @@ def kv_document(rng, cfg, length):
     ...`; chat: the haystack and the first query as the first user turn, each later query a
     turn of its own. Returns (segments, needles)."""
     chat = rng.random() < cfg.chat_prob
-    n_q = n_queries_for(cfg, length)
+    n_q = n_queries_for(cfg, length, chat)
     tail = (n_q + cfg.arith_in_kv) * max_qa_tokens(cfg, chat)
     lines = haystack(rng, cfg, max(64, length - tail))
     picked = []
@@ -252,13 +258,17 @@ def batch(seed, step, kind, length, rows, cfg, stream=STREAM_TRAIN):
 
 
 # Retrieval lengths and their share of the retrieval steps once the curriculum has reached
-# them: mostly short, since a 32K row costs about 30x the attention of a 1K row per token.
-LENGTH_MIX = {1024: 0.30, 2048: 0.20, 4096: 0.15, 8192: 0.15, 16384: 0.10, 32768: 0.10}
+# them. Short rows are cheap and, with a query every 48 tokens, carry the densest supervision,
+# so the lookup is learnt there; long rows train positions far out and the index branch. Per
+# token a 32K row costs about 30x the attention of a 1K row.
+LENGTH_MIX = {256: 0.15, 512: 0.15, 1024: 0.20, 2048: 0.15, 4096: 0.10, 8192: 0.10, 16384: 0.075,
+              32768: 0.075}
 
 
 def kv_length(seed, step, curriculum_steps, mix=LENGTH_MIX):
     """The retrieval length of a step: drawn from `mix`, capped by a curriculum that doubles the
-    longest allowed length at equal intervals over the first curriculum_steps steps."""
+    longest allowed length at equal intervals over the first curriculum_steps steps, starting
+    from the shortest."""
     lengths = sorted(mix)
     pick = lengths[Draws(seed, STREAM_LENGTH, step, block=1).pick([mix[n] for n in lengths])]
     if curriculum_steps > 0 and step < curriculum_steps:

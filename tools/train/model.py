@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from tools.train import quant
 from tools.train import tokenizer as tok
 
 
@@ -171,6 +172,7 @@ class Attention(nn.Module):
             self.index_q_proj = linear(h, cfg.num_kv_heads * di)
             self.index_k_proj = linear(h, di)
             self.index_q_norm, self.index_k_norm = Norm(di, cfg.rms_norm_eps), Norm(di, cfg.rms_norm_eps)
+        self.qat = False  # Model.set_qat
 
     def heads(self, proj, norm, x, n, d, cos, sin):
         y = proj(x).unflatten(-1, (n, d))
@@ -180,8 +182,10 @@ class Attention(nn.Module):
         """Index q [B, T, Hkv, Di] and index k [B, T, Di]."""
         c = self.cfg
         iq = self.heads(self.index_q_proj, self.index_q_norm, x, c.num_kv_heads, c.index_head_dim, cos, sin)
-        ik = self.heads(self.index_k_proj, self.index_k_norm, x, 1, c.index_head_dim, cos, sin)
-        return iq, ik[:, :, 0]
+        ik = self.heads(self.index_k_proj, self.index_k_norm, x, 1, c.index_head_dim, cos, sin)[:, :, 0]
+        if self.qat:
+            ik = quant.fake_quant(ik, 1.0)  # the NVFP4 index cache has no global scale
+        return iq, ik
 
     def forward(self, x, cos, sin, mode, record=None, distill=None):
         c = self.cfg
@@ -189,6 +193,10 @@ class Attention(nn.Module):
         q = self.heads(self.q_proj, self.q_norm, x, c.num_heads, c.head_dim, cos, sin)
         k = self.heads(self.k_proj, self.k_norm, x, c.num_kv_heads, c.head_dim, cos, sin)
         v = self.v_proj(x).unflatten(-1, (c.num_kv_heads, c.head_dim))
+        if self.qat:
+            # Every key and value attention reads comes from the cache, the current token's too.
+            k = quant.fake_quant(k, quant.kv_global_scale(k))
+            v = quant.fake_quant(v, quant.kv_global_scale(v))
         group = c.num_heads // c.num_kv_heads
         qh = q.transpose(1, 2)  # [B, Hq, T, D]
         kh = k.transpose(1, 2).repeat_interleave(group, dim=1)
@@ -304,6 +312,7 @@ class MoE(nn.Module):
         self.w3 = nn.Parameter(torch.empty(e, i, h))  # up
         self.w2 = nn.Parameter(torch.empty(e, h, i))  # down
         self.shared_experts = Mlp(cfg, cfg.shared_intermediate_size)
+        self.qat = False              # Model.set_qat
         self.last_counts = None       # tokens per expert in the last forward
         self.load_since_update = None  # summed over a step, for the selection-bias update
 
@@ -331,7 +340,7 @@ class MoE(nn.Module):
         # split and unbind, not slicing: their backward is one concatenation, where slices
         # would each add a zero-filled copy of the whole tensor.
         sizes = counts.tolist()
-        w1, w3, w2 = self.w1.unbind(0), self.w3.unbind(0), self.w2.unbind(0)
+        w1, w3, w2 = ((quant.fake_quant_weight(w) if self.qat else w).unbind(0) for w in (self.w1, self.w3, self.w2))
         ys = [F.linear(swiglu_oai(F.linear(seg, w1[e]), F.linear(seg, w3[e]), self.cfg), w2[e])
               for e, seg in enumerate(torch.split(x[rows], sizes)) if sizes[e]]
         y = torch.cat(ys) * w.reshape(-1)[order][:, None].to(ys[0].dtype)
@@ -409,6 +418,15 @@ class Model(nn.Module):
             record.setdefault("blocks", [])
             record.setdefault("scores", [])
         return self.lm_head(self.hidden(tokens, mode, record))
+
+    def set_qat(self, enabled=True):
+        """Quantization-aware training: K, V and the index key pass through the NVFP4 caches'
+        rounding, routed experts through their NVFP4 checkpoint's (quant.py), with straight-through
+        gradients. Off by default, so evaluation computes the unquantized function."""
+        for m in self.modules():
+            if isinstance(m, (Attention, MoE)):
+                m.qat = enabled
+        return self
 
     def moe_layers(self):
         return [layer.block_sparse_moe for layer in self.layers if layer.moe]

@@ -60,6 +60,9 @@ def parse_args(argv=None):
     ap.add_argument("--decay-frac", type=float, default=0.25, help="final fraction with a linear decay")
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--distill-weight", type=float, default=1.0)
+    ap.add_argument("--qat", action=argparse.BooleanOptionalAction, default=True,
+                    help="quantization-aware training: K, V, the index key and the routed experts "
+                    "pass through the NVFP4 rounding the engine applies (quant.py)")
     ap.add_argument("--workers", type=int, default=max(1, min(8, (os.cpu_count() or 2) - 2)),
                     help="processes building batches (0: in the training process)")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
@@ -194,7 +197,7 @@ def main(argv=None):
         if getattr(args, name) is not None:
             setattr(bcfg, name, getattr(args, name))
     torch.manual_seed(args.seed)
-    model = Model(mcfg).init_weights()
+    model = Model(mcfg).init_weights().set_qat(args.qat)
     if ckpt:
         model.load_state_dict(ckpt["model"])
     model.to(args.device)
@@ -206,7 +209,7 @@ def main(argv=None):
     total_seconds = 60.0 * (args.total_minutes or args.minutes)
     params = sum(p.numel() for p in model.parameters())
     print(f"[train] {args.preset} model, {params / 1e6:.2f} M parameters, device {args.device}, "
-          f"seed {args.seed}, from step {state['step']}", flush=True)
+          f"seed {args.seed}, from step {state['step']}{', NVFP4-aware' if args.qat else ''}", flush=True)
     log = open(os.path.join(args.out, "log.jsonl"), "a")
     prefetch = batches.Prefetcher(args.seed, state["step"], bcfg, args.workers)
     stats, window_start, last_save = {}, time.time(), time.time()
