@@ -16,8 +16,9 @@ from tools.train import data
 
 @dataclass
 class BatchConfig:
-    arith_rows: int = 64
-    arith_len: int = 1024
+    arith_kind: str = "problem"  # data.KINDS: one problem per row, or "arith" (packed)
+    arith_rows: int = 1638       # 64 K tokens
+    arith_len: int = 40          # a chat-form problem takes up to 36 tokens
     kv_tokens: int = 65536
     length_mix: dict = field(default_factory=lambda: dict(data.LENGTH_MIX))
     curriculum_steps: int = 800
@@ -29,8 +30,10 @@ class BatchConfig:
 def distill_positions(rng, targets, block, answers, random):
     """[rows, answers + random] query positions p >= block (earlier ones have only their own,
     forced, block): positions whose next token is an answer token first (a random subset when
-    there are more), then uniform ones. Positions may repeat."""
+    there are more), then uniform ones. Positions may repeat. Rows of one block: [rows, 0]."""
     rows, t = targets.shape
+    if t <= block:
+        return np.zeros((rows, 0), np.int64)
     out = np.empty((rows, answers + random), np.int64)
     for r in range(rows):
         ans = np.nonzero(targets[r] >= 0)[0]
@@ -48,7 +51,7 @@ def make_step(seed, step, cfg):
     positions), numpy int64."""
     kv_len = data.kv_length(seed, step, cfg.curriculum_steps, cfg.length_mix)
     out = []
-    for kind, length, rows in (("arith", cfg.arith_len, cfg.arith_rows),
+    for kind, length, rows in ((cfg.arith_kind, cfg.arith_len, cfg.arith_rows),
                                ("kv", kv_len, max(1, cfg.kv_tokens // kv_len))):
         if rows <= 0:
             continue

@@ -32,7 +32,7 @@ PRESETS = {
                           dense_intermediate_size=256, num_experts=8, num_experts_per_tok=2,
                           expert_intermediate_size=64, shared_intermediate_size=64,
                           max_position_embeddings=4096, sparse_topk_blocks=4),
-              batches.BatchConfig(arith_rows=8, arith_len=256, kv_tokens=2048,
+              batches.BatchConfig(arith_rows=48, arith_len=40, kv_tokens=2048,
                                   length_mix={512: 0.5, 1024: 0.3, 2048: 0.2}, curriculum_steps=0,
                                   distill_answers=8, distill_random=8,
                                   tasks=data.DataConfig(add_digits=2, mul_digits=(1, 1), key_len=(2, 3),
@@ -117,7 +117,9 @@ def micro_step(model, mb, args, stats, exact):
     flat = torch.from_numpy(np.flatnonzero(mb["targets"] >= 0)).to(dev, non_blocking=True)
     y = torch.from_numpy(mb["targets"]).to(dev, non_blocking=True).flatten()[flat]
     codes = torch.from_numpy(mb["codes"]).to(dev, non_blocking=True).flatten()[flat]
-    distill = Distillation(torch.from_numpy(mb["positions"]).to(dev, non_blocking=True))
+    # Rows of one block have nothing for the index to choose.
+    distill = (Distillation(torch.from_numpy(mb["positions"]).to(dev, non_blocking=True))
+               if mb["positions"].shape[1] else None)
     with torch.autocast(dev.split(":")[0], dtype=torch.bfloat16, enabled=args.precision == "bf16"):
         h = model.hidden(x, "dense", distill=distill)
         logits = model.lm_head(h.flatten(0, 1)[flat]).float()

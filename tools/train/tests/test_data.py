@@ -91,6 +91,24 @@ class Arithmetic(unittest.TestCase):
             self.assertTrue(set(codes[r][y[r] >= 0]) <= {1, 2, 3})
             self.assertTrue((codes[r][y[r] < 0] == 0).all())
 
+    def test_problem_rows_start_at_position_zero(self):
+        x, y, codes = data.batch(4, 7, "problem", 40, 400, CFG)
+        chats = 0
+        for r in range(len(x)):
+            runs = answers(x[r], y[r])
+            self.assertEqual(len(runs), 1)
+            question, answer, context = runs[0]
+            chats += context.startswith("<|im_start|>user\n")
+            self.assertTrue(context.startswith("<|im_start|>user\n" + question) or context == question, context)
+            digits = answer.split("\n")[0].replace("<|im_end|>", "")
+            self.assertEqual(int(digits), solve(question), (question, answer))
+            end = np.nonzero(y[r] >= 0)[0][-1]
+            # x[end + 1] is the last supervised token; then chat's closing newline, then padding
+            tail = x[r][end + 2:].tolist()
+            self.assertEqual(tail[:1] == tok.encode("\n"), context.startswith("<|im_start|>"))
+            self.assertEqual(set(tail[1 if tail[:1] == tok.encode("\n") else 0:]), {tok.ENDOFTEXT})
+        self.assertTrue(0 < chats < len(x))
+
 
 class Retrieval(unittest.TestCase):
     def check_row(self, inputs, targets):
@@ -109,7 +127,7 @@ class Retrieval(unittest.TestCase):
             owners = [k for k, v in lines if k == key]
             self.assertEqual(len(owners), 1, f"key {key} on {len(owners)} lines")
             self.assertEqual(dict(lines)[key], value)
-            self.assertEqual(hay.count(f"={value}\n"), 1, f"value {value} appears more than once")
+            self.assertEqual([v for _, v in lines].count(value), 1, f"value {value} appears more than once")
             self.assertFalse([k for k, _ in lines if k != key and k.endswith(key)], "another key ends with the needle's")
         return n_kv
 
