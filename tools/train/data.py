@@ -253,7 +253,8 @@ def sequence(seed, step, index, kind, length, cfg, stream=STREAM_TRAIN):
     """One training row: (inputs [length], targets [length] with -1 where unsupervised, codes
     [length] of the targets' tasks). kind: one of KINDS. A retrieval row that falls short of
     `length` is filled with arithmetic; any row is cut at length + 1 tokens."""
-    rng = Draws(seed, stream, step, KINDS.index(kind), index)
+    # A problem row takes a few draws: a block of 8,192 per row would cost more than the row.
+    rng = Draws(seed, stream, step, KINDS.index(kind), index, block=64 if kind == "problem" else 8192)
     if kind == "problem":
         seg = problem_row(rng, cfg, length)
     elif kind == "kv":
