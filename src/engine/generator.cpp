@@ -47,6 +47,23 @@ model::StepBatch Generator::step_for(kvcache::SeqId seq, const std::vector<int32
   return b;
 }
 
+std::vector<std::vector<int32_t>> Generator::last_token_selection(int64_t tokens) const {
+  const int64_t heads = model_.config.num_kv_heads, topk = model_.config.sparse_topk_blocks;
+  std::vector<std::vector<int32_t>> out;
+  for (const std::vector<int32_t>& layer : runner_.last_selection()) {
+    std::vector<int32_t>& picked = out.emplace_back();
+    if (layer.empty()) continue;  // a dense layer
+    FP4_CHECK(static_cast<int64_t>(layer.size()) == heads * tokens * topk,
+              "the indexer's selection holds {} ids, not kv_heads {} x tokens {} x topk {}",
+              layer.size(), heads, tokens, topk);
+    for (int64_t h = 0; h < heads; ++h) {
+      const auto first = layer.begin() + (h * tokens + tokens - 1) * topk;  // [heads, tokens, topk]
+      picked.insert(picked.end(), first, first + topk);
+    }
+  }
+  return out;
+}
+
 GenerateResult Generator::generate(const GenerateRequest& r,
                                    const std::function<bool(int32_t)>& on_token) {
   const model::ModelConfig& c = model_.config;
@@ -91,6 +108,7 @@ GenerateResult Generator::generate(const GenerateRequest& r,
     logits = runner_.forward(step_for(seq, chunk, pos));
     manager_.append(seq, chunk);
     pos += n;
+    if (pos == static_cast<int64_t>(r.prompt.size())) out.prompt_selection = last_token_selection(n);
   }
   out.prefill_seconds = seconds_since(start);
 

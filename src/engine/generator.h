@@ -29,6 +29,10 @@ struct GenerateResult {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;             // of each sampled token (raw logits)
   std::vector<float> step_logits;          // [tokens.size(), vocab] when keep_logits
+  // Per layer, the blocks the MSA indexer chose for the prompt's last token: [kv_heads, topk]
+  // ascending logical block ids padded with -1; empty for dense layers. What a caller needs to
+  // see that selection is really sparse and finds what the answer depends on.
+  std::vector<std::vector<int32_t>> prompt_selection;
   std::string finish_reason;               // "stop" or "length"
   int64_t cached_prompt_tokens = 0;
   double prefill_seconds = 0;
@@ -55,6 +59,8 @@ class Generator {
  private:
   model::StepBatch step_for(kvcache::SeqId seq, const std::vector<int32_t>& tokens,
                             int64_t first_position) const;
+  // From the step just run, whose batch held `tokens` tokens of one sequence.
+  std::vector<std::vector<int32_t>> last_token_selection(int64_t tokens) const;
 
   const LoadedModel& model_;
   GeneratorOptions options_;

@@ -5,7 +5,7 @@ Usage: init_model_test.py <fp4serve> <tokenizer_tool>
 
   * the same seed writes byte-identical directories; another seed changes every random tensor
     and nothing else; a non-empty --out is refused without --force; without --out the model
-    goes to default-model/ beside the executable;
+    goes to random-model/ beside the executable;
   * config.json is the M3.1-Flash family's (MSA in every layer, 128-token blocks, top 16,
     context >= 32768) and marks the weights as random;
   * model.safetensors (read with the safetensors library) holds exactly the tensors the config
@@ -364,7 +364,7 @@ def main():
         bin_dir.mkdir()
         shutil.copy2(FP4SERVE, bin_dir / "fp4serve")
         init_model(None, binary=str(bin_dir / "fp4serve"))
-        check(files_of(bin_dir / "default-model") == fa, "init-model without --out writes default-model/ "
+        check(files_of(bin_dir / "random-model") == fa, "init-model without --out writes random-model/ "
               "beside the executable")
 
         hf = check_tokenizer(a)

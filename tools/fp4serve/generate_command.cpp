@@ -34,6 +34,7 @@ struct GenerateFlags {
   int threads = 0;
   bool json = false;
   std::string dump_logits;
+  std::string dump_selection;
   bool progress = false;
 };
 
@@ -131,6 +132,24 @@ void run_generate(const GenerateFlags& f) {
               static_cast<std::streamsize>(r.step_logits.size() * sizeof(float)));
     FP4_CHECK(out.good(), "--dump-logits {}: cannot write it", f.dump_logits);
   }
+  if (!f.dump_selection.empty()) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const std::vector<int32_t>& picked : r.prompt_selection) {
+      nlohmann::json heads = nlohmann::json::array();
+      const int64_t topk = m.config.sparse_topk_blocks;
+      for (size_t i = 0; topk > 0 && i < picked.size(); i += static_cast<size_t>(topk)) {
+        heads.push_back(std::vector<int32_t>(picked.begin() + static_cast<std::ptrdiff_t>(i),
+                                             picked.begin() + static_cast<std::ptrdiff_t>(i) + topk));
+      }
+      layers.push_back(picked.empty() ? nlohmann::json(nullptr) : heads);
+    }
+    std::ofstream out(f.dump_selection);
+    out << nlohmann::json{{"prompt_tokens", req.prompt.size()},
+                          {"block_size", m.config.sparse_block_size},
+                          {"topk", m.config.sparse_topk_blocks},
+                          {"layers", layers}}.dump() << "\n";
+    FP4_CHECK(out.good(), "--dump-selection {}: cannot write it", f.dump_selection);
+  }
   const double prefill_tps = static_cast<double>(req.prompt.size() - r.cached_prompt_tokens) /
                              std::max(r.prefill_seconds, 1e-9);
   // The first token comes from the prefill; the decode rate counts the steps after it.
@@ -190,6 +209,9 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--json", flags->json, "Print one JSON object (text, token ids, logprobs, stats)");
   sub->add_option("--dump-logits", flags->dump_logits,
                   "Write every sampled step's logits as float32 [tokens, vocab]");
+  sub->add_option("--dump-selection", flags->dump_selection,
+                  "Write, as JSON, the blocks the MSA indexer chose for the prompt's last token "
+                  "(per layer, per KV head; null for dense layers)");
   sub->add_flag("--progress", flags->progress, "Show the loading progress bar even when piped");
   sub->callback([flags, &exit_code, sub] {
     flags->prompt_given = sub->count("--prompt") > 0;

@@ -1,6 +1,6 @@
-// `fp4serve init-model`: writes the random built-in model (init_model.h). The build runs it to
-// put the model beside the executable (default_model.h), which is also where it writes when
-// --out is not given.
+// `fp4serve init-model`: writes a random model of the built-in model's architecture
+// (init_model.h). The build runs it to put random-model/ beside the executable
+// (default_model.h), which is also where it writes when --out is not given.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -16,9 +16,9 @@ void add_init_model_command(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<init_model::InitModelOptions>();
   CLI::App* sub = app.add_subcommand(
       "init-model", "Write a small model of the MiniMax-M3.1-Flash architecture with random "
-                    "weights from a seed (the built-in model; its output is noise)");
+                    "weights from a seed (the built-in model's shape; its output is noise)");
   sub->add_option("--out", options->out,
-                  "Output directory, new or empty (default: default-model beside this executable)");
+                  "Output directory, new or empty (default: random-model beside this executable)");
   sub->add_option("--preset", options->preset,
                   fmt::format("Architecture: {}", fmt::join(init_model::preset_names(), ", ")))
       ->capture_default_str();
@@ -30,7 +30,7 @@ void add_init_model_command(CLI::App& app, int& exit_code) {
                 "Write into a non-empty --out, replacing files of the same names");
   sub->callback([options, &exit_code] {
     init_model::InitModelOptions o = *options;
-    if (o.out.empty()) o.out = default_model_location().string();
+    if (o.out.empty()) o.out = random_model_location().string();
     const init_model::InitModelReport r = init_model::write_random_model(o);
     fmt::print("fp4serve init-model: {} with random weights (seed {}) -> {}: {} parameters in {} "
                "tensors, model.safetensors {} bytes\n", o.preset, o.seed, r.out, r.parameters,

@@ -43,12 +43,20 @@ struct ServeFlags {
   bool progress = false;
 };
 
-// The built-in model's config.json says how it was made; a random-weights model is announced as
-// such, so nobody mistakes its output for a trained model's.
+// The built-in models' config.json says how they were made. A random-weights model is announced
+// as such, so nobody mistakes its output for a trained model's; the trained default says what
+// it can answer, since it knows nothing else.
 void announce_init_kind(const std::filesystem::path& dir) {
   std::ifstream in(dir / "config.json");
   const nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
-  if (config.is_discarded() || !config.contains("fp4serve_init")) return;
+  if (config.is_discarded()) return;
+  if (config.contains("fp4serve_train") && config["fp4serve_train"].value("kind", "") == "trained") {
+    fmt::print(stderr, "fp4serve serve: this model was trained by fp4serve's tools/train on two "
+               "tasks only: arithmetic (ask \"317+4085=\") and key-value retrieval (lines "
+               "\"key=value\", then \"?key=\"); its MODEL_CARD.md says how well it does them\n");
+    return;
+  }
+  if (!config.contains("fp4serve_init")) return;
   const nlohmann::json& init = config["fp4serve_init"];
   if (init.value("kind", "") == "random") {
     fmt::print(stderr, "fp4serve serve: this is the built-in default model with RANDOM weights "

@@ -5,7 +5,8 @@
 AdamW on dense causal attention (bf16 autocast on a GPU), the MSA index branch distilled from
 the dense attention (model.index_distillation), the MoE selection bias balanced without an
 auxiliary loss. Stops cleanly when --minutes are up (or after --steps), saving DIR/checkpoint.pt;
---resume continues from it with the same data (every batch is a function of seed and step).
+--resume continues from it with the same data (every batch is a function of seed and step);
+--init-from continues from an exported model instead (fresh optimizer).
 Logs per-task loss and exact-match to stdout and DIR/log.jsonl. README.md explains the choices.
 """
 import argparse
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tools.train import batches, data
+from tools.train import batches, data, hf_io
 from tools.train.model import Distillation, Model, ModelConfig
 
 PRESETS = {
@@ -52,6 +53,10 @@ def parse_args(argv=None):
                     "by steps (reproducible) instead of by time")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    ap.add_argument("--init-from", metavar="MODEL_DIR", help="continue from an exported model directory "
+                    "(export --bf16-only): its weights, and the step, tokens and training minutes its "
+                    "config.json records; the optimizer starts afresh, with a new warm-up. For a run "
+                    "split over machines that can carry a model but not a checkpoint with its optimizer")
     ap.add_argument("--precision", choices=["bf16", "fp32"], help="bf16 autocast (default on a GPU) or "
                     "fp32 (default on the CPU)")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="default")
@@ -76,7 +81,8 @@ def parse_args(argv=None):
 
 def lr_at(args, step, progress):
     """Warm-up, then constant, then a linear decay to 10% over the last decay_frac of the run
-    (warmup-stable-decay: the decay can start whenever the budget says so)."""
+    (warmup-stable-decay: the decay can start whenever the budget says so). step counts from
+    the optimizer's first step."""
     warm = min(1.0, (step + 1) / max(args.warmup, 1))
     start = 1.0 - args.decay_frac
     decay = 1.0 if progress <= start else max(0.1, 1.0 - 0.9 * (progress - start) / args.decay_frac)
@@ -170,6 +176,17 @@ def summarize(stats):
     return row
 
 
+def init_from(model_dir, seed):
+    """The float32 model of an exported directory and its config.json's training record."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        provenance = json.load(f).get("fp4serve_train")
+    if not provenance or provenance.get("kind") != "trained":
+        raise SystemExit(f"--init-from {model_dir}: config.json has no fp4serve_train record of a trained model")
+    if provenance.get("seed") != seed:
+        raise SystemExit(f"--init-from {model_dir}: it was trained with --seed {provenance.get('seed')}, not {seed}")
+    return hf_io.load_model(model_dir, torch.float32), provenance
+
+
 def save(path, model, opt, state, args, bcfg):
     tmp = path + ".tmp"
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "state": state,
@@ -195,6 +212,14 @@ def main(argv=None):
         state = ckpt["state"]
         if ckpt["args"]["seed"] != args.seed:
             raise SystemExit(f"--resume: the checkpoint was trained with --seed {ckpt['args']['seed']}, not {args.seed}")
+    init = None
+    if args.init_from:
+        if args.resume:
+            raise SystemExit("--init-from and --resume exclude each other")
+        init, provenance = init_from(args.init_from, args.seed)
+        mcfg = init.cfg
+        state = {"step": provenance["steps"], "train_seconds": 60.0 * provenance["train_minutes"],
+                 "tokens": provenance["tokens"], "optimizer_from": provenance["steps"]}
     for name in ("arith_rows", "kv_tokens", "curriculum_steps"):
         if getattr(args, name) is not None:
             setattr(bcfg, name, getattr(args, name))
@@ -202,6 +227,8 @@ def main(argv=None):
     model = Model(mcfg).init_weights().set_qat(args.qat)
     if ckpt:
         model.load_state_dict(ckpt["model"])
+    if init is not None:
+        model.load_state_dict(init.state_dict())
     model.to(args.device)
     opt = make_optimizer(model, args)
     if ckpt:
@@ -231,7 +258,7 @@ def main(argv=None):
             t0 = time.time()
             step, micro = prefetch.get()
             progress = (step / args.steps) if args.steps else state["train_seconds"] / total_seconds
-            lr = lr_at(args, step, progress)
+            lr = lr_at(args, step - state.get("optimizer_from", 0), progress)
             for g in opt.param_groups:
                 g["lr"] = lr
             logging = (step + 1) % args.log_every == 0

@@ -8,7 +8,7 @@ import unittest
 import common
 import torch
 
-from tools.train import evaluate, export, train
+from tools.train import evaluate, export, hf_io, train
 
 TINY = ["--preset", "smoke", "--workers", "0", "--log-every", "1", "--arith-rows", "2", "--kv-tokens", "1024"]
 
@@ -40,6 +40,29 @@ class Pipeline(unittest.TestCase):
             rows = [json.loads(line) for line in f]
         self.assertEqual([r["step"] for r in rows], [1, 2, 3, 4])
         self.assertIn("loss_kv", rows[-1])
+
+    def test_init_from_an_export(self):
+        run, bf16 = self.run_dir("first"), self.run_dir("first-bf16")
+        self.assertEqual(train.main(["--out", run, "--steps", "2"] + TINY), 0)
+        self.assertEqual(export.main(["--checkpoint", os.path.join(run, "checkpoint.pt"), "--out", bf16,
+                                      "--bf16-only"]), 0)
+        exported = hf_io.load_model(bf16, torch.float32).state_dict()
+        # No step left to run: the checkpoint holds exactly the exported weights and counters.
+        loaded = self.run_dir("loaded")
+        self.assertEqual(train.main(["--out", loaded, "--steps", "2", "--init-from", bf16] + TINY), 0)
+        ckpt = torch.load(os.path.join(loaded, "checkpoint.pt"), weights_only=False)
+        self.assertEqual(ckpt["state"]["step"], 2)
+        for name, t in exported.items():
+            self.assertTrue(torch.equal(t, ckpt["model"][name]), name)
+        # One more step: the step count goes on, the learning rate warms up again from the start.
+        more = self.run_dir("more")
+        self.assertEqual(train.main(["--out", more, "--steps", "3", "--init-from", bf16] + TINY), 0)
+        with open(os.path.join(more, "log.jsonl")) as f:
+            rows = [json.loads(line) for line in f]
+        self.assertEqual([r["step"] for r in rows], [3])
+        self.assertAlmostEqual(rows[0]["lr"], 2e-3 / 100)
+        with self.assertRaises(SystemExit):
+            train.main(["--out", self.run_dir("wrong-seed"), "--steps", "3", "--seed", "1", "--init-from", bf16] + TINY)
 
     @unittest.skipIf(common.fp4serve_binary() is None, "no fp4serve binary")
     def test_export_and_evaluate(self):

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""The built-in model (models/tiny-m3.1-flash-tasks) answers its two tasks through the engine
+with the 4-bit caches, and at 4K tokens its MSA selection is really sparse and finds the needle.
+
+    default_model_test.py FP4SERVE MODEL_DIR
+
+One `fp4serve serve` with NVFP4 KV and index caches, greedy:
+  * 100 fixed arithmetic prompts with no context (34 +, 34 -, 32 *): at least 95 right, the
+    built-in model's target.
+  * 50 fixed retrieval prompts at 4,096 tokens (one haystack, the needle anywhere in it): at
+    least RETRIEVAL_FLOOR right. The target is 95%; the model committed now measures 56-62%
+    (MODEL_CARD.md), so the floor guards what it does: a broken index cache, selection or
+    NVFP4 read drops retrieval to the ~0% of a model that cannot see the needle, well under it.
+Then `fp4serve generate --dump-selection` on SELECTION_CHECKS retrieval prompts it answered
+right, each with its needle off the forced blocks: every layer and KV head keeps exactly 16 of
+the 32 visible blocks (half the context is dropped), and one layer keeps the needle's block in at
+least 3 of its 4 heads for every one of those prompts: the layer that retrieves. A selection
+blind to the question (16 random blocks per head) does that with probability
+4 layers x (5/16)^4 < 4%.
+
+The questions come from tools/train/data.py's evaluation stream (numpy only), so they are the
+ones tools/train/evaluate.py asks; the model's config.json records the task settings."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from types import SimpleNamespace
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, REPO)
+
+from tools.train import data, evaluate  # noqa: E402
+from tools.train import tokenizer as tok  # noqa: E402
+
+SEED = 2026
+ARITHMETIC, ARITHMETIC_TARGET = 100, 95
+RETRIEVAL, RETRIEVAL_FLOOR = 50, 20
+LENGTH = 4096
+SELECTION_CHECKS = 4
+
+passed, failures = 0, []
+
+
+def check(cond, msg):
+    global passed
+    if cond:
+        passed += 1
+    else:
+        failures.append(msg)
+        print("FAIL:", msg, flush=True)
+
+
+def task_config(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        tasks = json.load(f)["fp4serve_train"]["tasks"]
+    return data.DataConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in tasks.items()})
+
+
+def questions(cfg):
+    qs = data.eval_prompts(SEED, cfg, [LENGTH], haystacks=1, n_kv=RETRIEVAL, n_arith=0, n_short=34)
+    retrieval = [q for q in qs if q["task"] == "kv"]
+    arithmetic = [q for q in qs if q["task"] == "arith"][:ARITHMETIC]
+    return arithmetic, retrieval
+
+
+def needle_position(q):
+    """Token position of the needle's line `key=value` in the prompt (one token per byte)."""
+    text = tok.decode(q["prompt"])
+    key = text[text.rindex("?") + 1:-1]
+    line = f"\n{key}={q['answer']}\n"
+    at = text.find(line)
+    if at < 0 and text.startswith(line[1:]):
+        return 0
+    return at + 1
+
+
+def check_selection(binary, model_dir, q, tmp):
+    ids, sel = os.path.join(tmp, "prompt.ids"), os.path.join(tmp, "selection.json")
+    with open(ids, "w") as f:
+        f.write(" ".join(map(str, q["prompt"])))
+    r = subprocess.run([binary, "generate", "--model", model_dir, "--prompt-ids-file", ids, "--max-tokens", "1",
+                        "--temperature", "0", "--kv-cache-dtype", "nvfp4", "--index-cache-dtype", "nvfp4",
+                        "--dump-selection", sel], capture_output=True, text=True)
+    check(r.returncode == 0, f"generate --dump-selection exits 0: {r.stderr[-500:]}")
+    if r.returncode != 0:
+        return None
+    with open(sel) as f:
+        s = json.load(f)
+    n = len(q["prompt"])
+    visible = -(-n // s["block_size"])
+    last = (n - 1) // s["block_size"]
+    needle = needle_position(q) // s["block_size"]
+    check(visible == 32 and s["topk"] == 16, f"a 4K prompt sees 32 blocks, picks 16 (saw {visible}, {s['topk']})")
+    keeping = []  # per layer, the heads that keep the needle's block
+    for l, layer in enumerate(s["layers"]):
+        check(layer is not None, f"layer {l} is sparse")
+        for h, blocks in enumerate(layer or []):
+            kept = [b for b in blocks if b >= 0]
+            check(len(kept) == 16 and len(set(kept)) == 16 and all(0 <= b < visible for b in kept),
+                  f"layer {l} head {h} keeps 16 distinct visible blocks, drops {visible - len(kept)}: {blocks}")
+            check(last in kept, f"layer {l} head {h} keeps the local block {last}")
+        keeping.append(sum(needle in blocks for blocks in layer or []))
+    check(needle not in (0, last), f"the needle's block {needle} is neither the first nor the local one")
+    print(f"selection: needle at token {needle_position(q)} (block {needle} of {visible}); heads keeping it "
+          f"per layer: {keeping}", flush=True)
+    return keeping
+
+
+def main():
+    binary, model_dir = sys.argv[1], sys.argv[2]
+    arithmetic, retrieval = questions(task_config(model_dir))
+    check(len(arithmetic) == ARITHMETIC and len(retrieval) == RETRIEVAL, "the fixed samples have their sizes")
+    args = SimpleNamespace(lengths=[LENGTH], threads=0, concurrency=4)
+    results = evaluate.run_row_serve(binary, model_dir, "nvfp4", "nvfp4", arithmetic + retrieval, args)
+    right = {"arith": 0, "kv": 0}
+    wrong = []
+    for r in results:
+        ok = r["got"] == r["answer"]
+        right[r["task"]] += ok
+        if not ok:
+            wrong.append(f"{r['op']}: want {r['answer']}, got {r['got']!r}")
+    print(f"NVFP4 KV and index caches: arithmetic {right['arith']}/{ARITHMETIC}, retrieval at {LENGTH} "
+          f"tokens {right['kv']}/{RETRIEVAL}", flush=True)
+    print("wrong:", "; ".join(wrong[:20]))
+    check(right["arith"] >= ARITHMETIC_TARGET, f"arithmetic: {right['arith']}/{ARITHMETIC} right, need "
+          f"{ARITHMETIC_TARGET}")
+    check(right["kv"] >= RETRIEVAL_FLOOR, f"retrieval at {LENGTH}: {right['kv']}/{RETRIEVAL} right, need "
+          f"{RETRIEVAL_FLOOR}")
+
+    answered = [r for r in results if r["task"] == "kv" and r["got"] == r["answer"]]
+    answered = [q for q in answered if needle_position(q) // 128 not in (0, (len(q["prompt"]) - 1) // 128)]
+    check(len(answered) >= SELECTION_CHECKS, "enough right answers with a needle off the forced blocks")
+    with tempfile.TemporaryDirectory() as tmp:
+        kept = [check_selection(binary, model_dir, q, tmp) for q in answered[:SELECTION_CHECKS]]
+    kept = [k for k in kept if k]
+    retrieving = [l for l in range(len(kept[0]) if kept else 0) if all(k[l] >= 3 for k in kept)]
+    check(len(kept) == SELECTION_CHECKS and retrieving,
+          f"one layer keeps the needle's block in 3 of 4 heads for every prompt (per prompt: {kept})")
+
+    for f in failures:
+        print("FAILED:", f)
+    print(f"default_model: {passed} checks passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
