@@ -313,6 +313,7 @@ class MoE(nn.Module):
         self.w2 = nn.Parameter(torch.empty(e, h, i))  # down
         self.shared_experts = Mlp(cfg, cfg.shared_intermediate_size)
         self.qat = False              # Model.set_qat
+        self.grouped = True           # torch._grouped_mm where it applies (Model.set_grouped_experts)
         self.last_counts = None       # tokens per expert in the last forward
         self.load_since_update = None  # summed over a step, for the selection-bias update
 
@@ -334,19 +335,44 @@ class MoE(nn.Module):
         k = chosen.shape[1]
         flat = chosen.reshape(-1)
         order = torch.argsort(flat, stable=True)
-        counts = torch.bincount(flat, minlength=self.cfg.num_experts)
+        # scatter_add, not bincount: bincount on a GPU reads the maximum back to the host.
+        counts = torch.zeros(self.cfg.num_experts, dtype=torch.int64, device=x.device).scatter_add_(
+            0, flat, torch.ones_like(flat))
         self.last_counts = counts.detach()
         rows = order // k
-        # split and unbind, not slicing: their backward is one concatenation, where slices
-        # would each add a zero-filled copy of the whole tensor.
-        sizes = counts.tolist()
-        w1, w3, w2 = ((quant.fake_quant_weight(w) if self.qat else w).unbind(0) for w in (self.w1, self.w3, self.w2))
-        ys = [F.linear(swiglu_oai(F.linear(seg, w1[e]), F.linear(seg, w3[e]), self.cfg), w2[e])
-              for e, seg in enumerate(torch.split(x[rows], sizes)) if sizes[e]]
-        y = torch.cat(ys) * w.reshape(-1)[order][:, None].to(ys[0].dtype)
+        w1, w3, w2 = ((quant.fake_quant_weight(w) if self.qat else w) for w in (self.w1, self.w3, self.w2))
+        if self.grouped and x.dtype != torch.float64:
+            y = self._grouped_experts(x[rows], counts, w1, w3, w2)
+        else:
+            y = self._looped_experts(x[rows], counts, w1, w3, w2)
+        y = y * w.reshape(-1)[order][:, None].to(y.dtype)
         routed = torch.zeros(x.shape, dtype=y.dtype, device=x.device).index_add_(0, rows, y)
         out = self.shared_experts(x) + self.cfg.routed_scaling_factor * routed
         return out.reshape(shape)
+
+    def _looped_experts(self, xs, counts, w1, w3, w2):
+        """One Linear chain per expert over its rows of xs (sorted by expert). Reads the counts
+        back to the host, which waits for the device."""
+        sizes = counts.tolist()
+        # split and unbind, not slicing: their backward is one concatenation, where slices
+        # would each add a zero-filled copy of the whole tensor.
+        w1, w3, w2 = w1.unbind(0), w3.unbind(0), w2.unbind(0)
+        ys = [F.linear(swiglu_oai(F.linear(seg, w1[e]), F.linear(seg, w3[e]), self.cfg), w2[e])
+              for e, seg in enumerate(torch.split(xs, sizes)) if sizes[e]]
+        return torch.cat(ys)
+
+    def _grouped_experts(self, xs, counts, w1, w3, w2):
+        """The same function as _looped_experts with three grouped matrix products: the expert
+        boundaries stay on the device (no host read-back) and an expert is one launch of a
+        shared kernel instead of a chain of its own. bf16 under autocast, as F.linear would be."""
+        ends = torch.cumsum(counts, 0).to(torch.int32)
+        dt = torch.bfloat16 if torch.is_autocast_enabled(xs.device.type) else xs.dtype
+        xs = xs.to(dt)
+
+        def grouped(a, w):  # a [rows, in] by expert, w [E, out, in]: a @ w[e].T per group
+            return torch._grouped_mm(a, w.to(dt).transpose(-2, -1), offs=ends)
+
+        return grouped(swiglu_oai(grouped(xs, w1), grouped(xs, w3), self.cfg), w2)
 
 
 class Layer(nn.Module):
@@ -418,6 +444,13 @@ class Model(nn.Module):
             record.setdefault("blocks", [])
             record.setdefault("scores", [])
         return self.lm_head(self.hidden(tokens, mode, record))
+
+    def set_grouped_experts(self, enabled=True):
+        """Routed experts through torch._grouped_mm (default) or one Linear chain per expert
+        (the reference; float64 always takes it)."""
+        for m in self.moe_layers():
+            m.grouped = enabled
+        return self
 
     def set_qat(self, enabled=True):
         """Quantization-aware training: K, V and the index key pass through the NVFP4 caches'

@@ -65,6 +65,9 @@ def parse_args(argv=None):
     ap.add_argument("--decay-frac", type=float, default=0.25, help="final fraction with a linear decay")
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--distill-weight", type=float, default=1.0)
+    ap.add_argument("--grouped-experts", action=argparse.BooleanOptionalAction, default=True,
+                    help="routed experts through torch._grouped_mm (no host read-back per MoE layer); "
+                    "--no-grouped-experts runs one Linear chain per expert")
     ap.add_argument("--qat", action=argparse.BooleanOptionalAction, default=True,
                     help="quantization-aware training: K, V, the index key and the routed experts "
                     "pass through the NVFP4 rounding the engine applies (quant.py)")
@@ -136,7 +139,8 @@ def micro_step(model, mb, args, stats, exact):
     n = len(data.TASKS) + 1
     zeros = torch.zeros(n, device=dev)
     stats["loss"] = stats.get("loss", zeros) + zeros.scatter_add(0, codes, per_token.detach())
-    stats["count"] = stats.get("count", zeros) + torch.bincount(codes, minlength=n).float()
+    # scatter_add, not bincount: bincount on a GPU reads the maximum back to the host.
+    stats["count"] = stats.get("count", zeros) + zeros.scatter_add(0, codes, torch.ones_like(per_token.detach()))
     if distill and mb["kind"] == "kv":
         key = f"index@{mb['length']}"
         v = torch.stack([torch.stack([d["kl"], d["recall"]]) for d in distill]).mean(0)
@@ -224,7 +228,7 @@ def main(argv=None):
         if getattr(args, name) is not None:
             setattr(bcfg, name, getattr(args, name))
     torch.manual_seed(args.seed)
-    model = Model(mcfg).init_weights().set_qat(args.qat)
+    model = Model(mcfg).init_weights().set_qat(args.qat).set_grouped_experts(args.grouped_experts)
     if ckpt:
         model.load_state_dict(ckpt["model"])
     if init is not None:
