@@ -8,18 +8,20 @@ One `fp4serve serve` with NVFP4 KV and index caches, greedy:
   * 100 fixed arithmetic prompts with no context (34 +, 34 -, 32 *): at least 95 right, the
     built-in model's target.
   * 50 fixed retrieval prompts at 4,096 tokens (one haystack, the needle anywhere in it): at
-    least RETRIEVAL_FLOOR right. The target is 95%; the model committed now measures 56-62%
-    (MODEL_CARD.md), so the floor guards what it does: a broken index cache, selection or
-    NVFP4 read drops retrieval to the ~0% of a model that cannot see the needle, well under it.
-Then `fp4serve generate --dump-selection` on SELECTION_CHECKS retrieval prompts it answered
-right, each with its needle off the forced blocks: every layer and KV head keeps exactly 16 of
-the 32 visible blocks (half the context is dropped), and one layer keeps the needle's block in at
-least 3 of its 4 heads for every one of those prompts: the layer that retrieves. A selection
-blind to the question (16 random blocks per head) does that with probability
-4 layers x (5/16)^4 < 4%.
+    least RETRIEVAL_FLOOR right. The target is 95%; the model committed now answers 31 (its
+    other measurements at 4K range over 50-62%, MODEL_CARD.md), so the floor guards what it
+    does: 21 is three binomial standard deviations (sqrt(50 x 0.62 x 0.38) = 3.4) under 31.
+Then `fp4serve generate --dump-selection` on the first SELECTION_CHECKS retrieval prompts whose
+needle line lies outside the local block, right or wrong: every layer and KV head keeps exactly
+16 of the 32 visible blocks (half the context is dropped), and one layer keeps a block of the
+needle's line in at least 3 of its 4 heads for every one of those prompts: the layer that
+retrieves. A selection blind to the question keeps a given non-local block in a head with
+probability 15/31, so it passes with probability 4 layers x P(>= 3 of 4 heads)^4 =
+4 x 0.289^4 < 3% (a little more for the ~8% of lines that straddle two blocks).
 
 The questions come from tools/train/data.py's evaluation stream (numpy only), so they are the
-ones tools/train/evaluate.py asks; the model's config.json records the task settings."""
+ones tools/train/evaluate.py asks (which needs numpy, not PyTorch); the model's config.json
+records the task settings."""
 import json
 import os
 import subprocess
@@ -36,7 +38,7 @@ from tools.train import tokenizer as tok  # noqa: E402
 
 SEED = 2026
 ARITHMETIC, ARITHMETIC_TARGET = 100, 95
-RETRIEVAL, RETRIEVAL_FLOOR = 50, 20
+RETRIEVAL, RETRIEVAL_FLOOR = 50, 21
 LENGTH = 4096
 SELECTION_CHECKS = 4
 
@@ -65,15 +67,13 @@ def questions(cfg):
     return arithmetic, retrieval
 
 
-def needle_position(q):
-    """Token position of the needle's line `key=value` in the prompt (one token per byte)."""
+def needle_blocks(q, block):
+    """The blocks the needle's line `key=value\\n` spans in the prompt (one token per byte)."""
     text = tok.decode(q["prompt"])
     key = text[text.rindex("?") + 1:-1]
-    line = f"\n{key}={q['answer']}\n"
-    at = text.find(line)
-    if at < 0 and text.startswith(line[1:]):
-        return 0
-    return at + 1
+    line = f"{key}={q['answer']}\n"
+    at = 0 if text.startswith(line) else text.index("\n" + line) + 1
+    return set(range(at // block, (at + len(line) - 1) // block + 1))
 
 
 def check_selection(binary, model_dir, q, tmp):
@@ -91,9 +91,9 @@ def check_selection(binary, model_dir, q, tmp):
     n = len(q["prompt"])
     visible = -(-n // s["block_size"])
     last = (n - 1) // s["block_size"]
-    needle = needle_position(q) // s["block_size"]
+    needle = needle_blocks(q, s["block_size"])
     check(visible == 32 and s["topk"] == 16, f"a 4K prompt sees 32 blocks, picks 16 (saw {visible}, {s['topk']})")
-    keeping = []  # per layer, the heads that keep the needle's block
+    keeping = []  # per layer, the heads that keep a block of the needle's line
     for l, layer in enumerate(s["layers"]):
         check(layer is not None, f"layer {l} is sparse")
         for h, blocks in enumerate(layer or []):
@@ -101,10 +101,9 @@ def check_selection(binary, model_dir, q, tmp):
             check(len(kept) == 16 and len(set(kept)) == 16 and all(0 <= b < visible for b in kept),
                   f"layer {l} head {h} keeps 16 distinct visible blocks, drops {visible - len(kept)}: {blocks}")
             check(last in kept, f"layer {l} head {h} keeps the local block {last}")
-        keeping.append(sum(needle in blocks for blocks in layer or []))
-    check(needle not in (0, last), f"the needle's block {needle} is neither the first nor the local one")
-    print(f"selection: needle at token {needle_position(q)} (block {needle} of {visible}); heads keeping it "
-          f"per layer: {keeping}", flush=True)
+        keeping.append(sum(bool(needle & set(blocks)) for blocks in layer or []))
+    print(f"selection: needle line in blocks {sorted(needle)} of {visible}; heads keeping it per layer: "
+          f"{keeping}", flush=True)
     return keeping
 
 
@@ -129,15 +128,15 @@ def main():
     check(right["kv"] >= RETRIEVAL_FLOOR, f"retrieval at {LENGTH}: {right['kv']}/{RETRIEVAL} right, need "
           f"{RETRIEVAL_FLOOR}")
 
-    answered = [r for r in results if r["task"] == "kv" and r["got"] == r["answer"]]
-    answered = [q for q in answered if needle_position(q) // 128 not in (0, (len(q["prompt"]) - 1) // 128)]
-    check(len(answered) >= SELECTION_CHECKS, "enough right answers with a needle off the forced blocks")
+    # Chosen without looking at the answers: a blind selection must not pass by the answers'
+    # having picked the prompts whose needle it happened to keep.
+    off_local = [q for q in retrieval if (len(q["prompt"]) - 1) // 128 not in needle_blocks(q, 128)]
     with tempfile.TemporaryDirectory() as tmp:
-        kept = [check_selection(binary, model_dir, q, tmp) for q in answered[:SELECTION_CHECKS]]
+        kept = [check_selection(binary, model_dir, q, tmp) for q in off_local[:SELECTION_CHECKS]]
     kept = [k for k in kept if k]
     retrieving = [l for l in range(len(kept[0]) if kept else 0) if all(k[l] >= 3 for k in kept)]
     check(len(kept) == SELECTION_CHECKS and retrieving,
-          f"one layer keeps the needle's block in 3 of 4 heads for every prompt (per prompt: {kept})")
+          f"one layer keeps a block of the needle's line in 3 of 4 heads for every prompt (per prompt: {kept})")
 
     for f in failures:
         print("FAILED:", f)

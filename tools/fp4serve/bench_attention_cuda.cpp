@@ -194,7 +194,7 @@ std::vector<Row> bench_paged_attention(const std::string& device, double copy_gb
   std::vector<Row> rows;
   for (PageDType dtype : {PageDType::kNVFP4, PageDType::kFP8, PageDType::kBF16, PageDType::kFP32}) {
     if (dtype == PageDType::kFP32 && choice == cuda::AttentionKernelChoice::kTensorCore) continue;
-    for (int64_t batch : {1, 16, 64}) {
+    for (int64_t batch : {1, 8, 32, 128}) {
       rows.push_back(run_one(device, copy_gbps, reps, dtype, batch, choice, kernel, l2));
       if (!rows.back().validated) {
         fail_internal("{} ({}) disagrees with the CPU reference", rows.back().kernel, rows.back().shape);

@@ -1,6 +1,7 @@
 // The MSA indexer benchmark of `fp4serve bench`: decode steps at the M3.1-Flash indexer
-// geometry (4 index heads of 128 values, one shared index-K head, top-16) for batches of 1, 16
-// and 64 sequences at 8K, 64K and 256K tokens of context, in each serving index page format.
+// geometry (4 index heads of 128 values, one shared index-K head, top-16) for batches of 1, 8,
+// 32 and 128 sequences at 8K, 32K, 128K and 256K tokens of context, in each serving index page
+// format.
 #pragma once
 
 #include <string>

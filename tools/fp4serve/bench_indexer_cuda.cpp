@@ -22,9 +22,9 @@ using kvcache::PageDType;
 
 constexpr int64_t kHeads = 4, kDim = 128, kTopk = 16;
 constexpr int64_t kDistinctPages = 64;
-constexpr int64_t kBatches[] = {1, 16, 64};
-constexpr int64_t kContexts[] = {8 * 1024, 64 * 1024, 256 * 1024};
-constexpr int64_t kCheckedBatch = 16, kCheckedContext = 8 * 1024;
+constexpr int64_t kBatches[] = {1, 8, 32, 128};
+constexpr int64_t kContexts[] = {8 * 1024, 32 * 1024, 128 * 1024, 256 * 1024};
+constexpr int64_t kCheckedBatch = 8, kCheckedContext = 8 * 1024;
 
 std::vector<float> gaussian(int64_t n, std::mt19937_64& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);

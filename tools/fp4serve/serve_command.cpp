@@ -59,8 +59,8 @@ void announce_init_kind(const std::filesystem::path& dir) {
   if (!config.contains("fp4serve_init")) return;
   const nlohmann::json& init = config["fp4serve_init"];
   if (init.value("kind", "") == "random") {
-    fmt::print(stderr, "fp4serve serve: this is the built-in default model with RANDOM weights "
-               "(preset {}, seed {}): it exercises the engine, and its text is noise\n",
+    fmt::print(stderr, "fp4serve serve: this model has RANDOM weights (init-model, preset {}, "
+               "seed {}): it exercises the engine, and its text is noise\n",
                init.value("preset", "?"), init.value("seed", 0));
   }
 }

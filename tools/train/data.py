@@ -5,7 +5,8 @@ its own ended by <|endoftext|> (so generation stops after the answer); the loss 
 answer, its newline and <|endoftext|>. Key-value retrieval: a haystack of `key=value\n` lines
 (random lowercase keys, digit values), then queries `?key=` answered by `value\n`, with a few
 arithmetic problems mixed among the queries so that arithmetic is also seen deep into long
-contexts. Rows of a step are packed to one length; no token is ever padding.
+contexts. Rows of a step have one length: packed rows have no padding; a problem row
+("problem") is one problem from position 0, then <|endoftext|> (unsupervised) to its end.
 
 Every example is deterministic: its random stream is numpy's PCG64 seeded by a SeedSequence of
 (seed, stream, step, kind, row), so the same arguments give the same tokens on any machine, and

@@ -32,7 +32,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from tools.train import data
-from tools.train.export import find_fp4serve
+from tools.train.binary import find_fp4serve
 
 KV_DTYPES = ["auto", "bf16", "fp8", "nvfp4"]
 INDEX_DTYPES = ["bf16", "fp8", "nvfp4"]

@@ -19,24 +19,11 @@ import sys
 import torch
 
 from tools.train import batches, data, hf_io
+from tools.train.binary import find_fp4serve
 from tools.train.model import Model, ModelConfig
 
 MAX_BYTES = 16 << 20
 E4M3_MAX = 448.0
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def find_fp4serve(explicit=None):
-    """--fp4serve, else $FP4_BUILD_DIR's, else build/'s binary."""
-    candidates = [explicit] if explicit else []
-    if os.environ.get("FP4_BUILD_DIR"):
-        candidates.append(os.path.join(os.environ["FP4_BUILD_DIR"], "tools/fp4serve/fp4serve"))
-    candidates.append(os.path.join(REPO, "build/tools/fp4serve/fp4serve"))
-    for c in candidates:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    raise FileNotFoundError(f"no fp4serve binary among {candidates}; build it (bash scripts/build fp4serve) "
-                            "or give --fp4serve")
 
 
 def readme(provenance, cfg):

@@ -4,9 +4,11 @@
     sf = E4M3_RNE_SAT(amax / (6 g)),  r = 1 / (float(sf) g),  q = E2M1_RNE_SAT(x r),
     x^ = (q float(sf)) g
 over blocks of 16 along the last dimension, g the dequantization-direction global scale. It
-equals the engine's quantize-then-dequantize bit for bit (tests/test_quant.py checks it against
+equals the engine's quantize-then-dequantize bit for bit (tools/train/tests/test_quant.py checks it against
 tests/reference/minifloats.py). `fake_quant` applies it with a straight-through gradient, so
-the network learns around the rounding the engine will apply:
+the network learns around the rounding the engine will apply. Exact in float32; under bf16
+autocast the rounded values are rounded once more, to bf16 (2^-9 relative), as they enter the
+next product:
 - K and V as the NVFP4 KV cache holds them (g = the layer's k_scale / v_scale, amax / 448),
 - the index key as the NVFP4 index cache holds it (g = 1),
 - each routed expert matrix as `fp4serve convert --experts nvfp4` stores it (g = amax / 2688,

@@ -222,6 +222,10 @@ def main(argv=None):
             raise SystemExit("--init-from and --resume exclude each other")
         init, provenance = init_from(args.init_from, args.seed)
         mcfg = init.cfg
+        ours = json.loads(json.dumps(asdict(bcfg.tasks)))
+        if provenance.get("tasks") != ours:
+            raise SystemExit(f"--init-from {args.init_from}: it was trained on tasks {provenance.get('tasks')}, "
+                             f"the --preset {args.preset} data are {ours}")
         state = {"step": provenance["steps"], "train_seconds": 60.0 * provenance["train_minutes"],
                  "tokens": provenance["tokens"], "optimizer_from": provenance["steps"]}
     for name in ("arith_rows", "kv_tokens", "curriculum_steps"):
@@ -275,9 +279,9 @@ def main(argv=None):
             opt.step()
             opt.zero_grad(set_to_none=True)
             balance_experts(model)
-            # No synchronization here: the host queues the next step while the device works.
-            # The MoE's per-expert row counts wait for the device a few times a step anyway, so
-            # wall time per step is still the device's, averaged.
+            # No synchronization here: the host queues the next step while the device works
+            # (with --no-grouped-experts each MoE layer's row counts still wait for it). Wall
+            # time per step is the device's, averaged.
             dt = time.time() - t0
             step_seconds = dt if step_seconds == 0 else 0.9 * step_seconds + 0.1 * dt
             state["step"] = step + 1

@@ -47,7 +47,8 @@ class RoundTrip(unittest.TestCase):
         x = random_blocks(rng, 4096, 64)
         x[0, :16] = 0.0                                   # an all-zero block dequantizes to zeros
         x[1, :16] = np.linspace(-1e9, 1e9, 16)            # saturates at +-6 x 448 x g
-        x[2, :16] = rng.choice([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], 16) * np.float32(6 / 5)  # near-midpoints
+        # E2M1's rounding midpoints exactly: 6 makes the block scale 1 at g = 1, so x r = x.
+        x[2, :16] = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, -0.25, -0.75, -1.25, -1.75, -2.5, -3.5, -5.0, -6.0]
         for g in (1.0, float(np.abs(x).max()) / 448, float(rng.uniform(1e-3, 10))):
             want = engine_round_trip(x, g)
             got = quant.nvfp4_round_trip(torch.from_numpy(x), g).numpy()
