@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "core/check.h"
 #include "core/int_math.h"
@@ -114,14 +115,24 @@ GenerateResult Generator::generate(const GenerateRequest& r,
 
   start = std::chrono::steady_clock::now();
   out.finish_reason = "length";
+  std::vector<float> masked;
   for (int64_t step = 0; step < r.max_tokens; ++step) {
-    const sampling::SampleResult s = sampling::sample(logits, r.sampling, counts, seed, step);
+    // vLLM's min_tokens, as LlmEngine applies it: the tokens that would stop the request cannot
+    // be drawn before it. The kept logits stay the model's own.
+    const std::vector<float>* row = &logits;
+    if (step < r.min_tokens && !eos.empty()) {
+      masked = logits;
+      for (int32_t t : eos) {
+        if (t >= 0 && t < c.vocab_size) masked[t] = -std::numeric_limits<float>::infinity();
+      }
+      row = &masked;
+    }
+    const sampling::SampleResult s = sampling::sample(*row, r.sampling, counts, seed, step);
     if (r.keep_logits) out.step_logits.insert(out.step_logits.end(), logits.begin(), logits.end());
     out.tokens.push_back(s.token);
     out.logprobs.push_back(s.logprob);
     counts.add_output(s.token);
-    const bool stop = step + 1 >= r.min_tokens &&
-                      std::find(eos.begin(), eos.end(), s.token) != eos.end();
+    const bool stop = std::find(eos.begin(), eos.end(), s.token) != eos.end();
     if (stop) out.finish_reason = "stop";
     if ((on_token && !on_token(s.token)) || stop || step + 1 == r.max_tokens) break;
     FP4_CHECK(manager_.allocate(seq, 1), "the KV cache ran out of pages at {} tokens",

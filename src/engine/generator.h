@@ -18,7 +18,7 @@ namespace fp4::engine {
 struct GenerateRequest {
   std::vector<int32_t> prompt;            // token ids, at least one
   int64_t max_tokens = 16;
-  int64_t min_tokens = 0;                  // stop conditions are ignored before this many
+  int64_t min_tokens = 0;                  // stop tokens cannot be drawn before this many
   sampling::SamplingParams sampling;
   std::vector<int32_t> stop_token_ids;     // besides the model's EOS
   bool ignore_eos = false;

@@ -143,6 +143,20 @@ TEST(Engine, StopTokensMinTokensAndAbort) {
   ASSERT_GE(std::ssize(outs), m.min_tokens);
   for (int64_t i = 0; i < m.min_tokens - 1; ++i) EXPECT_NE(outs[i].tokens[0].token, stop);
 
+  // The one-prompt generator applies min_tokens the same way: the same tokens.
+  Generator alone(model, {.cache = {kvcache::PageDType::kNVFP4, kvcache::PageDType::kFP8}},
+                  model.config.max_position_embeddings);
+  GenerateRequest g;
+  g.ignore_eos = m.ignore_eos;
+  g.prompt = m.prompt;
+  g.max_tokens = m.max_tokens;
+  g.min_tokens = m.min_tokens;
+  g.sampling = m.sampling;
+  g.stop_token_ids = m.stop_token_ids;
+  std::vector<int32_t> engine_tokens;
+  for (const RequestOutput& o : outs) engine_tokens.push_back(o.tokens[0].token);
+  EXPECT_EQ(alone.generate(g).tokens, engine_tokens);
+
   // An abort in the middle ends the request and frees its pages at once.
   engine.add_request(3, r);
   engine.step();

@@ -61,14 +61,19 @@ TEST_P(GeneratorTest, SelectionIsSparseBeyondTopkBlocks) {
   auto rng = testing::seeded_rng(12);
   const LoadedModel m = random_model(tiny_m3_config(), rng);
   Generator g(m, options(2048), 1000);
-  g.generate(greedy(random_prompt(900, m.config.vocab_size, rng), 1));
+  const GenerateResult r = g.generate(greedy(random_prompt(900, m.config.vocab_size, rng), 1));
   // The last prefill step ran 900 tokens; the final one sees 8 blocks and may keep 4.
   const auto& sel = g.runner().last_selection()[1];
   const int64_t tokens = 900, topk = 4;
+  ASSERT_EQ(r.prompt_selection.size(), g.runner().last_selection().size());
   for (int64_t head = 0; head < 2; ++head) {
     const int32_t* last = &sel[(head * tokens + tokens - 1) * topk];
     EXPECT_EQ(last[topk - 1], 899 / 128) << "the local block is always selected";
     for (int64_t i = 1; i < topk; ++i) EXPECT_LT(last[i - 1], last[i]) << "ascending ids";
+    // The result reports the same row: the prompt's last token, head by head.
+    const std::vector<int32_t> row(last, last + topk);
+    EXPECT_EQ(std::vector<int32_t>(r.prompt_selection[1].begin() + head * topk,
+                                   r.prompt_selection[1].begin() + (head + 1) * topk), row);
   }
 }
 
