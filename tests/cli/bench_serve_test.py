@@ -27,17 +27,8 @@ STALL = 3.0               # s a stalled request waits (more than the client's --
 API_KEY = "secret-key"
 MODEL = "fake/model-1"
 
-failures = []
-passed = 0
-
-
-def check(cond, what):
-    global passed
-    if cond:
-        passed += 1
-    else:
-        failures.append(what)
-        print("FAIL:", what)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checklist import check, summary  # noqa: E402
 
 
 class FakeServer(http.server.ThreadingHTTPServer):
@@ -335,5 +326,4 @@ check(r.returncode == 1 and "initial test request failed" in r.stderr, "no serve
 top = subprocess.run([BINARY, "bench", "--help"], capture_output=True, text=True, timeout=60)
 check(top.returncode == 0 and "serve" in top.stdout, "fp4serve bench --help lists serve")
 
-print(f"{passed} passed, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+sys.exit(summary())

@@ -1,26 +1,18 @@
 #!/usr/bin/env python3
 """The fp4serve command line: every subcommand has --help, bad input exits with status 2 and a
 message."""
+import os
 import subprocess
 import sys
 
 BINARY = sys.argv[1]
 SUBCOMMANDS = ["serve", "generate", "plan", "convert", "bench", "init-model"]
-failures = []
-passed = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checklist import check, summary  # noqa: E402
 
 
 def run(*args):
     return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=60)
-
-
-def check(cond, what):
-    global passed
-    if cond:
-        passed += 1
-    else:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 top = run("--help")
@@ -50,5 +42,4 @@ check(r.returncode == 2 and "--model" in r.stderr, "generate without --model exi
 r = run("--version")
 check(r.returncode == 0 and "fp4serve" in r.stdout, "--version")
 
-print(f"{passed} passed, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+sys.exit(summary())

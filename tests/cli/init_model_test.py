@@ -39,16 +39,8 @@ import minifloats as mf  # noqa: E402
 FP4SERVE, TOKENIZER_TOOL = sys.argv[1], sys.argv[2]
 PRESET = "tiny-m3.1-flash"
 MAX_SAFETENSORS_BYTES = 8 << 20
-failures, passed = [], 0
-
-
-def check(cond, what):
-    global passed
-    if cond:
-        passed += 1
-    else:
-        failures.append(what)
-        print("FAIL:", what)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checklist import check, summary  # noqa: E402
 
 
 def run(*args, binary=FP4SERVE, timeout=300):
@@ -369,10 +361,7 @@ def main():
 
         hf = check_tokenizer(a)
         check_generate(a, hf)
-    for f in failures:
-        print("FAILED:", f)
-    print(f"init_model: {passed} checks passed, {len(failures)} failed")
-    return 1 if failures else 0
+    return summary("init_model")
 
 
 if __name__ == "__main__":

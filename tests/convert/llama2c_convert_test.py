@@ -33,16 +33,8 @@ BINARY, DATA = sys.argv[1], pathlib.Path(sys.argv[2])
 CHECKPOINT, TOKENIZER = DATA / "stories260K.bin", DATA / "tok512.bin"
 SEED = int(os.environ.get("FP4_TEST_SEED", random.SystemRandom().getrandbits(63)))
 print(f"[   SEED   ] FP4_TEST_SEED={SEED}")
-failures, passed = [], 0
-
-
-def check(cond, what):
-    global passed
-    if cond:
-        passed += 1
-    else:
-        failures.append(what)
-        print("FAIL:", what)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checklist import check, summary  # noqa: E402
 
 
 def convert(checkpoint, out, *extra, tokenizer=TOKENIZER):
@@ -338,8 +330,7 @@ def main():
         if r.returncode == 0:
             check_model(untied, tmp / "untied", "random untied", list(rng.integers(0, 512, 20)))
         check_bad_input(tmp)
-    print(f"{passed} passed, {len(failures)} failed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

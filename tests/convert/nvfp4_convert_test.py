@@ -37,16 +37,8 @@ print(f"[   SEED   ] FP4_TEST_SEED={SEED}")
 EXPERT = re.compile(r"block_sparse_moe\.experts\.\d+\.w[123]\.weight$")
 ATTENTION = re.compile(r"self_attn\.(q|k|v|o|index_q|index_k)_proj\.weight$")
 COMPANIONS = (".weight_scale_inv", ".weight_scale_2", ".weight_scale", ".input_scale")
-failures, passed = [], 0
-
-
-def check(cond, what):
-    global passed
-    if cond:
-        passed += 1
-    else:
-        failures.append(what)
-        print("FAIL:", what)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checklist import check, summary  # noqa: E402
 
 
 def fp4serve(*args):
@@ -286,8 +278,7 @@ def main():
             check_generates(out, "--attention mxfp8")
         check_bad_input(tmp, tmp / "src-bf16")
         check_dry_run()
-    print(f"{passed} passed, {len(failures)} failed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -42,16 +42,8 @@ RETRIEVAL, RETRIEVAL_FLOOR = 50, 21
 LENGTH = 4096
 SELECTION_CHECKS = 4
 
-passed, failures = 0, []
-
-
-def check(cond, msg):
-    global passed
-    if cond:
-        passed += 1
-    else:
-        failures.append(msg)
-        print("FAIL:", msg, flush=True)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checklist import check, summary  # noqa: E402
 
 
 def task_config(model_dir):
@@ -138,10 +130,7 @@ def main():
     check(len(kept) == SELECTION_CHECKS and retrieving,
           f"one layer keeps a block of the needle's line in 3 of 4 heads for every prompt (per prompt: {kept})")
 
-    for f in failures:
-        print("FAILED:", f)
-    print(f"default_model: {passed} checks passed, {len(failures)} failed")
-    return 1 if failures else 0
+    return summary("default_model")
 
 
 if __name__ == "__main__":

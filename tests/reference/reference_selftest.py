@@ -23,17 +23,8 @@ import make_checkpoint  # noqa: E402
 import model_reference  # noqa: E402
 import selftest_formats  # noqa: E402
 
-failures = []
-passed = 0
-
-
-def check(cond, what):
-    global passed
-    if cond:
-        passed += 1
-    else:
-        failures.append(what)
-        print("FAIL:", what)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checklist import check, summary  # noqa: E402
 
 
 def brute_force_selection(scores, p, block, topk, init, local):
@@ -206,8 +197,7 @@ def main():
         model = check_precision_and_cache(tmp, seed)
         check_routing(model, seed)
         check_small_pieces(model, seed)
-    print(f"{passed} passed, {len(failures)} failed")
-    sys.exit(1 if failures else 0)
+    sys.exit(summary())
 
 
 if __name__ == "__main__":

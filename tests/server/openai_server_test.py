@@ -15,6 +15,7 @@ import http.client
 import json
 import re
 import socket
+import os
 import subprocess
 import sys
 import time
@@ -22,17 +23,8 @@ import time
 import openai
 
 BINARY, MODEL = sys.argv[1], sys.argv[2]
-failures = []
-passed = 0
-
-
-def check(cond, what):
-    global passed
-    if cond:
-        passed += 1
-    else:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checklist import check, summary  # noqa: E402
 
 
 class Server:
@@ -309,5 +301,4 @@ finally:
     check(server.stop() == 0, "the server exits cleanly on SIGTERM")
 auth_test()
 
-print(f"{passed} passed, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+sys.exit(summary())
