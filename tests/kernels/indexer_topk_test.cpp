@@ -1,15 +1,18 @@
-// The CUDA MSA indexer against fp4::cpu::indexer_topk on the same pages: several sequences per
-// step with shuffled page tables, contexts around the 128-token page and the 16-block (2048-token)
-// dense limit, every index page format, init blocks 0 and 1. Small-integer inputs make ties
-// common, so the tie rule (lower block id) is checked exactly; Gaussian inputs may differ only
-// at a near-tie of the selection boundary, within a derived float tolerance. The kernel repeats
-// the reference's summation order, so no such near-tie is expected: each is counted and printed.
-// Gaussian keys include a few NaNs, whose keys the block maximum must skip.
+// The CUDA MSA indexer against fp4::cpu::indexer_topk on the same pages, with both ways of
+// scoring (exact CUDA cores; BF16 tensor cores): several sequences per step with shuffled page
+// tables, contexts around the 128-token page and the 16-block (2048-token) dense limit, every
+// index page format, init blocks 0 and 1. Small-integer inputs make ties common, so the tie
+// rule (lower block id) is checked exactly wherever both sides' scores are exact. Gaussian
+// inputs may differ only at a near-tie of the selection boundary, within a float tolerance
+// derived for each path (below); each near-tie is counted and printed. The exact path repeats
+// the reference's summation order, so it is expected to show none. Gaussian keys include a
+// few NaNs, whose keys the block maximum must skip.
 // Outputs are poisoned with two patterns (0xFF is also the -1 padding, 0x5A is not), and the
 // score workspace with NaN, so an entry the kernels fail to write cannot match by luck.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -147,9 +150,36 @@ struct Case {
   }
 };
 
+// How far a path's float block score may be from the exact one, in units of the block's
+// max_j sum_e |q_e k_je| (M). The CPU (and the exact kernel) sum head_dim products as four
+// chains of d/4 then 3 adds: (d/4 + 3) u with u = 2^-24. The tensor-core kernel: the query as
+// BF16 hi + lo leaves 2^-18 |q|; products of BF16 values are exact in FP32; each of the d/16
+// MMAs adds 16 of them to the FP32 accumulator, which we bound by 2^-21 of what it sums (the
+// hardware aligns to the largest term and may truncate: 4 ulp allowed, twice a rounding adder's
+// worst); hi + lo and the FP8 scale round once each (2u). The max over keys keeps the bound.
+double score_error_bound(cuda::IndexerMath math, int64_t d) {
+  const double u = kEps32;
+  if (math == cuda::IndexerMath::kExact) return (d / 4.0 + 3) * u;
+  return 0x1p-18 + (d / 16.0) * 0x1p-21 + 2 * u;
+}
+
+// Whether both sides' scores are exact on small-integer inputs, so that ties must agree: the
+// CPU's products and sums of small integers (BF16, FP8 with a power-of-two scale) or of NVFP4
+// values (at most 6 significant bits, multiples of 2^-9 under 2^6) are exact, and so are the
+// tensor cores'. With another FP8 scale the CPU rounds each code x scale and the kernel scales
+// the exact sum once, so an exact tie may come out 1 ulp apart on one side only.
+bool ties_must_agree(const Case& c, Values kind, cuda::IndexerMath math) {
+  if (kind != Values::kSmallIntegers) return false;
+  if (math == cuda::IndexerMath::kExact || c.layout.dtype != PageDType::kFP8) return true;
+  int exponent = 0;
+  return std::frexp(c.scale, &exponent) == 0.5f;
+}
+
 // Compares the GPU's selection with the CPU's; returns the number of near-tie differences
-// (always an error for exact inputs).
-int compare(const Case& c, const std::vector<int32_t>& got, const std::vector<int32_t>& want, Values kind) {
+// (an error where ties must agree).
+int compare(const Case& c, const std::vector<int32_t>& got, const std::vector<int32_t>& want, Values kind,
+            cuda::IndexerMath math = cuda::IndexerMath::kExact) {
+  const bool exact = ties_must_agree(c, kind, math);
   int near_ties = 0;
   const int64_t k = c.geo.topk, tokens = c.batch.tokens();
   for (int64_t h = 0; h < c.geo.heads; ++h) {
@@ -159,7 +189,7 @@ int compare(const Case& c, const std::vector<int32_t>& got, const std::vector<in
       if (g == w) continue;
       const std::string where = "token " + std::to_string(t) + " at position " + std::to_string(c.batch.positions[t]) +
                                 " head " + std::to_string(h);
-      if (kind == Values::kSmallIntegers) {
+      if (exact) {
         ADD_FAILURE() << where << ": selections differ on exact inputs";
         return near_ties;
       }
@@ -183,12 +213,12 @@ int compare(const Case& c, const std::vector<int32_t>& got, const std::vector<in
             ADD_FAILURE() << where << ": blocks " << a << ", " << b << " of " << blocks;
             return near_ties;
           }
-          // Each float score (CPU or GPU) is a max of dot products of length d summed as four
-          // chains of d/4 products, then 3 adds: off the exact value by at most
-          // (d/4 + 3) eps32 sum|q_e k_e|, and the max keeps that bound. The CPU ranks a above b
-          // and the GPU b above a only if their exact scores are within the two bounds; the
-          // double reference's own error is 2^-29 of that.
-          const double tol = (c.geo.dim / 4.0 + 3) * kEps32 * (magnitude[a] + magnitude[b]);
+          // The CPU ranks a above b and the GPU b above a only if their exact scores are within
+          // the two sides' bounds (score_error_bound); the double reference's own error is
+          // 2^-29 of that.
+          const double bound = score_error_bound(cuda::IndexerMath::kExact, c.geo.dim) +
+                               score_error_bound(math, c.geo.dim);
+          const double tol = bound / 2 * (magnitude[a] + magnitude[b]);
           EXPECT_LE(std::abs(score[a] - score[b]), tol)
               << where << ": the CPU took block " << a << ", the GPU block " << b;
         }
@@ -206,21 +236,25 @@ class IndexerKernel : public ::testing::Test {
   }
 
   // Both entry points (caller's workspace, stream-ordered allocation), each after its own
-  // poison; returns the near-tie count of the last.
-  static int run_and_compare(Case& c, Values kind) {
+  // poison, for each way of scoring; returns the near-tie counts of the last run of each.
+  static std::array<int, 2> run_and_compare(Case& c, Values kind) {
     const auto want = c.run_cpu();
     std::vector<int32_t> got(c.selected_count());
     const IndexerTopkParams p = c.params(true, c.d_selected.as<int32_t>());
     c.d_workspace = cuda::DeviceBuffer(cuda::indexer_topk_workspace_bytes(p));
-    int near_ties = 0;
-    for (unsigned char poison : {0xFF, 0x5A}) {
-      c.d_selected.fill(poison);
-      c.d_workspace.fill(0xFF);
-      if (poison == 0xFF) cuda::indexer_topk(p, c.d_workspace.data(), c.d_workspace.bytes(), nullptr);
-      else cuda::indexer_topk(p, nullptr);
-      FP4_CUDA_CHECK(cudaDeviceSynchronize());
-      c.d_selected.download(got.data(), got.size() * sizeof(int32_t));
-      near_ties = compare(c, got, want, kind);
+    std::array<int, 2> near_ties{};
+    for (cuda::IndexerMath math : {cuda::IndexerMath::kExact, cuda::IndexerMath::kTensorCores}) {
+      const cuda::IndexerTopkOptions options{.math = math};
+      for (unsigned char poison : {0xFF, 0x5A}) {
+        c.d_selected.fill(poison);
+        c.d_workspace.fill(0xFF);
+        if (poison == 0xFF) cuda::indexer_topk(p, c.d_workspace.data(), c.d_workspace.bytes(), nullptr, options);
+        else cuda::indexer_topk(p, nullptr, options);
+        FP4_CUDA_CHECK(cudaDeviceSynchronize());
+        c.d_selected.download(got.data(), got.size() * sizeof(int32_t));
+        SCOPED_TRACE(math == cuda::IndexerMath::kExact ? "exact" : "tensor cores");
+        near_ties[math == cuda::IndexerMath::kExact ? 0 : 1] = compare(c, got, want, kind, math);
+      }
     }
     return near_ties;
   }
@@ -236,20 +270,23 @@ TEST_F(IndexerKernel, MatchesCpuOnEveryPageFormat) {
         const Geometry g{4, 128, 16, init, 1};  // M3: 4 index heads of 128, top-16
         SCOPED_TRACE(describe(dtype, g, kind));
         Case c(kContexts, 3, dtype, g, kind, rng);
-        const int near_ties = run_and_compare(c, kind);
+        const auto near_ties = run_and_compare(c, kind);
         if (HasFatalFailure()) return;
-        std::printf("[  INFO    ] %s: %d near-tie differences\n", describe(dtype, g, kind).c_str(), near_ties);
+        std::printf("[  INFO    ] %s: near-tie differences %d exact, %d tensor cores%s\n",
+                    describe(dtype, g, kind).c_str(), near_ties[0], near_ties[1],
+                    cuda::indexer_uses_tensor_cores(c.params(true, c.d_selected.as<int32_t>())) ? "" : " (ran exact)");
       }
     }
   }
 }
 
-// Other shapes: heads that are not a multiple of the kernel's 4 per pass, small and large
-// head_dim, several local blocks, a short top-k.
+// Other shapes: heads that are not a multiple of the kernels' 4 per pass, 16 heads (the
+// tensor-core kernel's four passes), small head_dim (exact kernel only) and large, several
+// local blocks, a short top-k.
 TEST_F(IndexerKernel, MatchesCpuOnOtherGeometries) {
   auto rng = testing::seeded_rng(12);
   for (const Geometry& g : {Geometry{2, 16, 16, 1, 1}, Geometry{5, 64, 8, 2, 2}, Geometry{1, 256, 16, 0, 3},
-                            Geometry{3, 32, 4, 0, 1}}) {
+                            Geometry{3, 32, 4, 0, 1}, Geometry{16, 128, 16, 1, 1}}) {
     for (PageDType dtype : {PageDType::kFP32, PageDType::kBF16, PageDType::kFP8, PageDType::kNVFP4}) {
       SCOPED_TRACE(describe(dtype, g, Values::kSmallIntegers));
       Case c({1, 127, 129, 700, 2049, 2600}, 4, dtype, g, Values::kSmallIntegers, rng);
@@ -283,7 +320,7 @@ TEST_F(IndexerKernel, ReplaysFromACapturedGraph) {
     FP4_CUDA_CHECK(cudaGraphLaunch(exec, stream));
     FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
     c.d_selected.download(got.data(), got.size() * sizeof(int32_t));
-    compare(c, got, c.run_cpu(), Values::kSmallIntegers);
+    compare(c, got, c.run_cpu(), Values::kSmallIntegers, cuda::IndexerMath::kTensorCores);
   }
   FP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
   FP4_CUDA_CHECK(cudaGraphDestroy(graph));

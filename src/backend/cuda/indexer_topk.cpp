@@ -19,7 +19,7 @@ constexpr int64_t kMinBlocksPerSplit = 2;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-detail::IndexerArgs checked_args(const IndexerTopkParams& p) {
+detail::IndexerArgs checked_args(const IndexerTopkParams& p, const IndexerTopkOptions& options) {
   const PagedContext& c = p.ctx;
   FP4_CHECK(p.layout != nullptr, "indexer_topk: the index page layout is missing");
   const kvcache::PageLayout& l = *p.layout;
@@ -83,6 +83,7 @@ detail::IndexerArgs checked_args(const IndexerTopkParams& p) {
   a.init_blocks = static_cast<int>(p.init_blocks);
   a.local_blocks = static_cast<int>(p.local_blocks);
   a.selected = p.selected;
+  a.tensor_cores = options.math == IndexerMath::kTensorCores;
   FP4_CHECK(detail::indexer_score_smem_bytes(a) <= detail::kMaxScoreSmem,
             "indexer_topk: {} index heads of {} values do not fit in shared memory beside the "
             "pages", p.heads, p.head_dim);
@@ -98,13 +99,14 @@ int64_t resident_ctas(const detail::IndexerArgs& a) {
     int device;
     kvcache::PageDType dtype;
     int head_dim, heads, page_tokens;
+    bool tensor_cores;
     bool operator<(const Key& o) const {
-      return std::tie(device, dtype, head_dim, heads, page_tokens) <
-             std::tie(o.device, o.dtype, o.head_dim, o.heads, o.page_tokens);
+      return std::tie(device, dtype, head_dim, heads, page_tokens, tensor_cores) <
+             std::tie(o.device, o.dtype, o.head_dim, o.heads, o.page_tokens, o.tensor_cores);
     }
   };
   thread_local std::map<Key, int64_t> cache;
-  Key key{0, a.dtype, a.head_dim, a.heads, a.page_tokens};
+  Key key{0, a.dtype, a.head_dim, a.heads, a.page_tokens, detail::indexer_score_on_tensor_cores(a)};
   FP4_CUDA_CHECK(cudaGetDevice(&key.device));
   const auto it = cache.find(key);
   if (it != cache.end()) return it->second;
@@ -130,8 +132,8 @@ size_t indexer_topk_workspace_bytes(const IndexerTopkParams& p) {
 }
 
 void indexer_topk(const IndexerTopkParams& p, void* workspace, size_t workspace_bytes,
-                  cudaStream_t stream) {
-  detail::IndexerArgs a = checked_args(p);
+                  cudaStream_t stream, const IndexerTopkOptions& options) {
+  detail::IndexerArgs a = checked_args(p, options);
   if (a.tokens == 0) return;
   const size_t needed = indexer_topk_workspace_bytes(p);
   FP4_CHECK(workspace != nullptr && workspace_bytes >= needed && aligned16(workspace),
@@ -143,14 +145,18 @@ void indexer_topk(const IndexerTopkParams& p, void* workspace, size_t workspace_
   FP4_CUDA_CHECK(detail::launch_indexer_select(a, stream));
 }
 
-void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream) {
-  checked_args(p);
+bool indexer_uses_tensor_cores(const IndexerTopkParams& p, const IndexerTopkOptions& options) {
+  return detail::indexer_score_on_tensor_cores(checked_args(p, options));
+}
+
+void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream, const IndexerTopkOptions& options) {
+  checked_args(p, options);
   if (p.ctx.tokens == 0) return;
   void* workspace = nullptr;
   const size_t bytes = indexer_topk_workspace_bytes(p);
   FP4_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
   try {
-    indexer_topk(p, workspace, bytes, stream);
+    indexer_topk(p, workspace, bytes, stream, options);
   } catch (...) {
     (void)cudaFreeAsync(workspace, stream);
     throw;

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "backend/cuda/indexer_topk.h"
+#include "backend/cuda/indexer_topk_device.cuh"
 #include "formats/minifloat.h"
 
 namespace fp4::cuda::detail {
@@ -23,20 +24,11 @@ constexpr int kHeadsPerPass = 4;  // query heads whose dot products one pass ove
 constexpr int kWarps = kScoreThreads / 32;
 constexpr int kChunk = 16;        // values decoded at once: one NVFP4 block
 
-// Shared-memory image of one page's key rows: codes [page_tokens][kCodeStride] (rows padded
-// by 16 bytes when that keeps the per-thread 16-byte row reads free of bank conflicts), then
-// the NVFP4 block scales [page_tokens][kScaleBytes].
+// The exact kernel's rows: padded by 16 bytes where that keeps each thread's 16-byte reads of
+// its own row free of bank conflicts.
 template <PageDType D, int kDim>
-struct Rows {
-  static constexpr int kCodeBytes = static_cast<int>(kvcache::page_code_bytes(D, kDim));
-  static constexpr int kScaleBytes = D == PageDType::kNVFP4 ? kDim / kChunk : 0;
-  static constexpr int kCodeStride = kCodeBytes % 32 == 0 ? kCodeBytes + 16 : kCodeBytes;
-  __host__ __device__ static constexpr int stage_bytes(int page_tokens) {
-    return (page_tokens * kCodeStride + 15) / 16 * 16 + (page_tokens * kScaleBytes + 15) / 16 * 16;
-  }
-  // Two stages (the next page lands while this one is scored) unless that would not fit.
-  static constexpr int kStages = 2 * stage_bytes(kMaxPageTokens) <= 150 * 1024 ? 2 : 1;
-};
+using Rows = PageRows<D, kDim, kvcache::page_code_bytes(D, kDim) % 32 == 0 ? static_cast<int>(kvcache::page_code_bytes(D, kDim)) + 16
+                                                                        : static_cast<int>(kvcache::page_code_bytes(D, kDim))>;
 
 // The stored bytes of one chunk of a key row.
 template <PageDType D> struct Chunk;
@@ -160,37 +152,6 @@ __device__ __forceinline__ void key_dots(const uint8_t* codes, const uint8_t* sc
   }
 }
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* global) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
-
-// Starts copying the rows of keys [0, keys) of a page into a stage, 16 coalesced bytes per
-// thread and instruction.
-template <PageDType D, int kDim>
-__device__ __forceinline__ void stage_page(const IndexerArgs& a, const uint8_t* page, int keys, uint8_t* stage) {
-  using R = Rows<D, kDim>;
-  const int code_units = (keys * R::kCodeBytes + 15) / 16;
-  for (int u = threadIdx.x; u < code_units; u += kScoreThreads) {
-    const int byte = 16 * u;
-    const int dst = R::kCodeStride == R::kCodeBytes ? byte : byte / R::kCodeBytes * R::kCodeStride + byte % R::kCodeBytes;
-    cp_async16(stage + dst, page + a.codes_offset + byte);
-  }
-  if constexpr (R::kScaleBytes > 0) {
-    uint8_t* scales = stage + (a.page_tokens * R::kCodeStride + 15) / 16 * 16;
-    const int scale_units = (keys * R::kScaleBytes + 15) / 16;
-    for (int u = threadIdx.x; u < scale_units; u += kScoreThreads) cp_async16(scales + 16 * u, page + a.scales_offset + 16 * u);
-  }
-}
-
-__device__ __forceinline__ int64_t visible_blocks(const IndexerArgs& a, int64_t t) {
-  const int64_t blocks = a.positions[t] / a.page_tokens + 1;
-  return blocks < a.max_blocks ? blocks : a.max_blocks;
-}
-
 // Grid (tokens, splits): CTA (t, s) scores blocks [s, s + 1) * blocks_per_split of token t for
 // every head. Its pages stream through shared memory, the next one's copy in flight while the
 // current one is scored; each thread scores one key.
@@ -237,18 +198,18 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(IndexerArg
   };
   auto stage = [&](int64_t i) { return stages + (R::kStages == 2 ? (i & 1) : 0) * stage_bytes; };
   if constexpr (R::kStages == 2) {
-    if (first < scored_end && page_of(first) != nullptr) stage_page<D, kDim>(a, page_of(first), keys_of(first), stage(0));
+    if (first < scored_end && page_of(first) != nullptr) stage_page<R>(a, page_of(first), keys_of(first), stage(0));
     cp_async_commit();
   }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int64_t b = first; b < scored_end; ++b) {
     const int64_t i = b - first;
     if constexpr (R::kStages == 2) {
-      if (b + 1 < scored_end && page_of(b + 1) != nullptr) stage_page<D, kDim>(a, page_of(b + 1), keys_of(b + 1), stage(i + 1));
+      if (b + 1 < scored_end && page_of(b + 1) != nullptr) stage_page<R>(a, page_of(b + 1), keys_of(b + 1), stage(i + 1));
       cp_async_commit();
       cp_async_wait<1>();
     } else {
-      if (page_of(b) != nullptr) stage_page<D, kDim>(a, page_of(b), keys_of(b), stage(i));
+      if (page_of(b) != nullptr) stage_page<R>(a, page_of(b), keys_of(b), stage(i));
       cp_async_commit();
       cp_async_wait<0>();
     }
@@ -257,7 +218,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(IndexerArg
     const bool readable = page_of(b) != nullptr;
     const int keys = keys_of(b);
     const uint8_t* rows = stage(i);
-    const uint8_t* scale_rows = rows + (a.page_tokens * R::kCodeStride + 15) / 16 * 16;
+    const uint8_t* scale_rows = rows + R::scales_at(a.page_tokens);
     for (int h0 = 0; h0 < heads_padded; h0 += kHeadsPerPass) {
       float best[kHeadsPerPass];
 #pragma unroll
@@ -381,13 +342,6 @@ __global__ void __launch_bounds__(kSelectWarps * 32) indexer_select_kernel(Index
   }
 }
 
-using ScoreKernel = void (*)(IndexerArgs);
-
-struct ScoreVariant {
-  ScoreKernel kernel = nullptr;
-  size_t smem = 0;
-};
-
 size_t query_bytes(const IndexerArgs& a) {
   const int heads_padded = (a.heads + kHeadsPerPass - 1) / kHeadsPerPass * kHeadsPerPass;
   return static_cast<size_t>(heads_padded) * a.head_dim * sizeof(float);
@@ -406,7 +360,7 @@ ScoreVariant variant_for_dim(const IndexerArgs& a) {
        : a.head_dim == 256 ? variant<D, 256>(a) : ScoreVariant{};
 }
 
-ScoreVariant score_variant(const IndexerArgs& a) {
+ScoreVariant exact_score_variant(const IndexerArgs& a) {
   switch (a.dtype) {
     case PageDType::kFP32: return variant_for_dim<PageDType::kFP32>(a);
     case PageDType::kBF16: return variant_for_dim<PageDType::kBF16>(a);
@@ -431,7 +385,18 @@ cudaError_t allow_smem(const void* kernel, size_t smem) {
   return e;
 }
 
+// The tensor-core kernel where it takes the shapes and was asked for, the exact one otherwise.
+ScoreVariant score_variant(const IndexerArgs& a) {
+  if (a.tensor_cores) {
+    const ScoreVariant v = mma_score_variant(a);
+    if (v.kernel != nullptr) return v;
+  }
+  return exact_score_variant(a);
+}
+
 }  // namespace
+
+bool indexer_score_on_tensor_cores(const IndexerArgs& a) { return a.tensor_cores && mma_score_variant(a).kernel != nullptr; }
 
 size_t indexer_score_smem_bytes(const IndexerArgs& a) { return score_variant(a).smem; }
 

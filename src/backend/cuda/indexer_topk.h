@@ -1,13 +1,18 @@
-// The MSA indexer on the GPU: fp4::cpu::indexer_topk's contract (backend/model_ops.h) with the
-// same selections, bit for bit. Design and numbers: docs/kernels/indexer.md.
+// The MSA indexer on the GPU: fp4::cpu::indexer_topk's contract (backend/model_ops.h).
+// Design, numerics and numbers: docs/kernels/indexer.md.
 //
 // Two launches. Scores: grid (tokens, splits); each CTA reads its range of a token's index-K
-// pages once and scores them for every index head, one key per thread, into the block scores
+// pages once and scores them for every index head into the block scores
 // [tokens, heads, max_blocks] FP32 (-inf beyond the visible blocks). Select: one warp per
 // (head, token) radix-selects the threshold of the free slots and writes the top-k ids
-// ascending. The dot products are the CPU's operation for operation (four strided partial
-// sums, combined as (s0 + s2) + (s1 + s3)), so the scores, and hence the selections, equal the
-// reference's.
+// ascending, ties to the lower block id.
+//
+// Two ways to score. Exact (CUDA cores): the dot products are the CPU's operation for operation
+// (four strided partial sums, combined as (s0 + s2) + (s1 + s3)), so the scores, and hence the
+// selections, equal the reference's bit for bit. Tensor cores (the default where they apply):
+// keys dequantized exactly to BF16, the query split into BF16 hi + lo, BF16 MMAs with FP32
+// accumulation; each score is within a derived bound of the reference's, so selections can
+// differ only between blocks whose scores are that close.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,6 +23,15 @@
 #include "backend/model_ops.h"
 
 namespace fp4::cuda {
+
+enum class IndexerMath {
+  kTensorCores,  // BF16/FP8/NVFP4 pages, index head_dim 64/128/256, up to 16 heads; else exact
+  kExact,        // the CPU reference's floats, bit for bit (FP32 pages always)
+};
+
+struct IndexerTopkOptions {
+  IndexerMath math = IndexerMath::kTensorCores;
+};
 
 // Device scratch indexer_topk needs for these shapes: the block scores, tokens x heads x
 // max_blocks floats.
@@ -31,11 +45,14 @@ size_t indexer_topk_workspace_bytes(const IndexerTopkParams& p);
 // block-table entry outside the pool scores as an empty block, and positions beyond the
 // block table see max_blocks blocks (the CPU reference throws on both).
 void indexer_topk(const IndexerTopkParams& p, void* workspace, size_t workspace_bytes,
-                  cudaStream_t stream);
+                  cudaStream_t stream, const IndexerTopkOptions& options = {});
 
 // Same, with the scratch taken from the stream-ordered allocator (cudaMallocAsync /
 // cudaFreeAsync, both capturable).
-void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream);
+void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream, const IndexerTopkOptions& options = {});
+
+// Whether these params and options score on tensor cores (else the exact kernel runs).
+bool indexer_uses_tensor_cores(const IndexerTopkParams& p, const IndexerTopkOptions& options = {});
 
 namespace detail {
 
@@ -54,6 +71,7 @@ struct IndexerArgs {
   const float* index_q = nullptr;         // [tokens, heads, head_dim]
   int heads = 0, head_dim = 0;
   int topk = 0, init_blocks = 0, local_blocks = 0;
+  bool tensor_cores = false;               // asked for; used where the shapes allow
   int blocks_per_split = 0;               // blocks each scoring CTA covers
   float* scores = nullptr;                // [tokens, heads, max_blocks]
   int32_t* selected = nullptr;            // [heads, tokens, topk]
@@ -65,6 +83,18 @@ constexpr int kSelectWarps = 4;      // one (head, token) per warp
 constexpr int kMaxTopk = 256;
 constexpr size_t kMaxScoreSmem = 200 * 1024;
 constexpr int64_t kMaxBlocks = int64_t{1} << 24;
+
+constexpr int kMmaMaxHeads = 16;     // the tensor-core kernel's: four passes of 4 hi + 4 lo columns
+
+using ScoreKernel = void (*)(IndexerArgs);
+struct ScoreVariant {
+  ScoreKernel kernel = nullptr;
+  size_t smem = 0;
+};
+// The tensor-core scoring kernel for these shapes (indexer_score_mma.cu); no kernel when it
+// does not take them.
+ScoreVariant mma_score_variant(const IndexerArgs& a);
+bool indexer_score_on_tensor_cores(const IndexerArgs& a);
 
 // Scoring CTAs that fit on the device at once, for choosing the split.
 cudaError_t indexer_score_ctas_per_sm(const IndexerArgs& a, int& ctas);

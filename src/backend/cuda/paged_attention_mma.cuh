@@ -1,5 +1,4 @@
-// Device helpers of the tensor-core paged attention kernel (paged_attention_mma.cu): MMA,
-// ldmatrix and cp.async wrappers, FP32 -> BF16 hi/lo splitting, and the staging of 16-row
+// Device helpers of the tensor-core paged attention kernel (paged_attention_mma.cu): the staging of 16-row
 // K/V sub-tiles into BF16 shared-memory tiles (by cp.async for BF16 pages, through registers
 // with on-the-fly dequantization for FP8 and NVFP4 pages).
 #pragma once
@@ -7,91 +6,13 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/paged_attention_launch.h"
 #include "formats/minifloat.h"
 
 namespace fp4::cuda::detail::tc {
 
 constexpr int kSub = 16;  // keys per warp sub-tile: the MMA's K for P.V
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p))
-               : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p))
-               : "memory");
-}
-
-// c += a . b for a 16x16 BF16 A (row-major fragment) and a 16x8 B (column-major fragment).
-__device__ __forceinline__ void mma_m16n8k16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 16 bytes to shared memory; zero-filled when !full.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool full) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(full ? 16 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162_raw h) {
-  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  return bf16x2_bits(__floats2bfloat162_rn(lo, hi));
-}
-
-// x0, x1 = hi + lo + r with hi, lo BF16 and |r| <= 2^-18 |x|: x - hi is exact in FP32.
-__device__ __forceinline__ void split_bf16(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-  const float2 back = __bfloat1622float2(h);
-  hi = bf16x2_bits(h);
-  lo = pack_bf16(x0 - back.x, x1 - back.y);
-}
-
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
-  return d;
-}
-
-// Eight E2M1 codes (value 2i in the low nibble of byte i) as four BF16 pairs, (v0, v1) first.
-// The magnitudes come from byte tables indexed by prmt: low and high bytes of the BF16 bits of
-// 0, .5, 1, 1.5, 2, 3, 4, 6. The signs come from prmt's sign-replicate mode: byte k of w << 4
-// has value 2k's sign as its top bit, byte k of w value 2k+1's.
-__device__ __forceinline__ void e2m1x8_to_bf16x2(uint32_t w, uint32_t out[4]) {
-  constexpr uint32_t kLow03 = 0xC0800000u, kLow47 = 0xC0804000u;
-  constexpr uint32_t kHigh03 = 0x3F3F3F00u, kHigh47 = 0x40404040u;
-  const uint32_t mag = w & 0x77777777u;
-  const uint32_t low_a = prmt(kLow03, kLow47, mag), high_a = prmt(kHigh03, kHigh47, mag);
-  const uint32_t low_b = prmt(kLow03, kLow47, mag >> 16), high_b = prmt(kHigh03, kHigh47, mag >> 16);
-  const uint32_t w4 = w << 4;
-  out[0] = prmt(low_a, high_a, 0x5140) | (prmt(w4, w, 0xC080) & 0x80008000u);
-  out[1] = prmt(low_a, high_a, 0x7362) | (prmt(w4, w, 0xD090) & 0x80008000u);
-  out[2] = prmt(low_b, high_b, 0x5140) | (prmt(w4, w, 0xE0A0) & 0x80008000u);
-  out[3] = prmt(low_b, high_b, 0x7362) | (prmt(w4, w, 0xF0B0) & 0x80008000u);
-}
-
-__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
-  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a),
-                                   *reinterpret_cast<const __nv_bfloat162*>(&b));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
 
 // FP8 and NVFP4 sub-tiles pass through registers: 16 rows of K and V, 16-byte vectors of 16
 // (FP8) or 32 (NVFP4, with their two block-scale bytes) values; vector i of a region is piece
