@@ -138,39 +138,15 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
     for (int h = threadIdx.x; h < a.heads; h += kScoreThreads) scores[h * a.max_blocks + b] = kNegInf;
   }
 
-  // CTA-uniform, as in the exact kernel: a page outside the pool is not read and scores as an
-  // empty block.
-  auto page_of = [&](int64_t b) -> const uint8_t* {
-    const int64_t page = a.block_tables[seq * a.max_blocks + b];
-    return page >= 0 && page < a.num_pages ? a.pool + page * a.page_bytes : nullptr;
-  };
-  auto keys_of = [&](int64_t b) {
-    const int64_t k = pos + 1 - b * a.page_tokens;
-    return static_cast<int>(k < a.page_tokens ? k : a.page_tokens);
-  };
-  auto stage = [&](int64_t i) { return stages + (R::kStages == 2 ? (i & 1) : 0) * stage_bytes; };
-  if constexpr (R::kStages == 2) {
-    if (first < scored_end && page_of(first) != nullptr) stage_page<R>(a, page_of(first), keys_of(first), stage(0));
-    cp_async_commit();
-  }
+  const PageStream<R> pages{a, stages, seq, pos, first, scored_end, stage_bytes};
+  pages.start();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int c = lane % 4, group = lane / 4;
   for (int64_t b = first; b < scored_end; ++b) {
-    const int64_t i = b - first;
-    if constexpr (R::kStages == 2) {
-      if (b + 1 < scored_end && page_of(b + 1) != nullptr) stage_page<R>(a, page_of(b + 1), keys_of(b + 1), stage(i + 1));
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      if (page_of(b) != nullptr) stage_page<R>(a, page_of(b), keys_of(b), stage(i));
-      cp_async_commit();
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // the stage (and, the first time, the B fragments) written by every thread
-
-    const bool readable = page_of(b) != nullptr;
-    const int keys = keys_of(b);
-    const uint8_t* rows = stage(i);
+    pages.wait(b);  // this page (and, the first time, the B fragments) written by every thread
+    const bool readable = pages.page(b) != nullptr;
+    const int keys = pages.keys(b);
+    const uint8_t* rows = pages.stage(b);
     const uint8_t* scale_rows = rows + R::scales_at(a.page_tokens);
     // Thread (group, c) keeps the maxima of heads 2c, 2c + 1 of each pass (lanes with c < 2
     // hold the answer; c = 2, 3 hold the same sums).

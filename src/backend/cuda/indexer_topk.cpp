@@ -119,7 +119,9 @@ int64_t resident_ctas(const detail::IndexerArgs& a) {
 unsigned choose_splits(detail::IndexerArgs& a) {
   const int64_t resident = resident_ctas(a);
   const int64_t most = (a.max_blocks + kMinBlocksPerSplit - 1) / kMinBlocksPerSplit;
-  const int64_t wanted = std::clamp<int64_t>((resident + a.tokens - 1) / a.tokens, 1, most);
+  // Rounded down: tokens x splits must not pass one wave, or a second wave of a few CTAs runs
+  // as long as the first (every CTA walks the same number of pages).
+  const int64_t wanted = std::clamp<int64_t>(resident / a.tokens, 1, most);
   a.blocks_per_split = static_cast<int>((a.max_blocks + wanted - 1) / wanted);
   return static_cast<unsigned>((a.max_blocks + a.blocks_per_split - 1) / a.blocks_per_split);
 }

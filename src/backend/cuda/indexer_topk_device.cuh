@@ -25,8 +25,13 @@ struct PageRows {
   __host__ __device__ static constexpr int stage_bytes(int page_tokens) {
     return scales_at(page_tokens) + (page_tokens * kScaleBytes + 15) / 16 * 16;
   }
-  // Two stages (the next page lands while this one is scored) unless that would not fit.
-  static constexpr int kStages = 2 * stage_bytes(kMaxPageTokens) <= 150 * 1024 ? 2 : 1;
+  // Stages: up to 96 KiB of pages in flight per CTA (at most 4 stages, at least 2), so that small
+  // NVFP4 and FP8 pages keep several loads in flight while one is scored; one stage when two
+  // would not fit (FP32 rows of 256 values).
+  static constexpr int kStageBudget = 96 * 1024;
+  static constexpr int kStages = 2 * stage_bytes(kMaxPageTokens) > 150 * 1024 ? 1
+                               : kStageBudget / stage_bytes(kMaxPageTokens) >= 4 ? 4
+                               : kStageBudget / stage_bytes(kMaxPageTokens) >= 3 ? 3 : 2;
 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* global) {
@@ -53,6 +58,47 @@ __device__ __forceinline__ void stage_page(const IndexerArgs& a, const uint8_t* 
     for (int u = threadIdx.x; u < scale_units; u += kScoreThreads) cp_async16(scales + 16 * u, page + a.scales_offset + 16 * u);
   }
 }
+
+// A scoring CTA's pages [first, end) of one sequence, streamed through R::kStages stages:
+// kStages - 1 pages in flight while one is scored. Every call is CTA-uniform. A page outside
+// the pool is not read (the kernels score it as an empty block).
+template <typename R>
+struct PageStream {
+  const IndexerArgs& a;
+  uint8_t* stages;
+  int64_t seq, pos, first, end;
+  int stage_bytes;
+
+  __device__ const uint8_t* page(int64_t b) const {
+    const int64_t p = a.block_tables[seq * a.max_blocks + b];
+    return p >= 0 && p < a.num_pages ? a.pool + p * a.page_bytes : nullptr;
+  }
+  __device__ int keys(int64_t b) const {
+    const int64_t k = pos + 1 - b * a.page_tokens;
+    return static_cast<int>(k < a.page_tokens ? k : a.page_tokens);
+  }
+  __device__ uint8_t* stage(int64_t b) const { return stages + (b - first) % R::kStages * stage_bytes; }
+  __device__ void issue(int64_t b) const {
+    if (b < end && page(b) != nullptr) stage_page<R>(a, page(b), keys(b), stage(b));
+    cp_async_commit();  // one group per page, empty ones included, so the counts below hold
+  }
+  __device__ void start() const {
+    for (int k = 0; k + 1 < R::kStages; ++k) issue(first + k);
+  }
+  // Waits until page b is in its stage for the whole CTA, after issuing page b + kStages - 1
+  // into the stage page b - 1 used: every thread must be done reading that one (the kernels
+  // end each page with a barrier).
+  __device__ void wait(int64_t b) const {
+    if constexpr (R::kStages > 1) {
+      issue(b + R::kStages - 1);
+      cp_async_wait<R::kStages - 1>();
+    } else {
+      issue(b);
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+  }
+};
 
 __device__ __forceinline__ int64_t visible_blocks(const IndexerArgs& a, int64_t t) {
   const int64_t blocks = a.positions[t] / a.page_tokens + 1;
