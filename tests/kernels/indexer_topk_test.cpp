@@ -130,37 +130,49 @@ struct Case {
     return out;
   }
 
-  // Block scores in double and the bound of their float rounding: max over the block's keys of
-  // sum |q_e k_e|.
-  void exact_scores(int64_t t, int64_t h, std::vector<double>& score, std::vector<double>& magnitude) const {
+  // Block scores in double and what bounds their float rounding: per block, the max over its
+  // keys of sum_e |q_e k_e| (magnitude) and of max_e |q_e| x sum_e |k_e| (spread).
+  void exact_scores(int64_t t, int64_t h, std::vector<double>& score, std::vector<double>& magnitude,
+                    std::vector<double>& spread) const {
     const int64_t s = batch.seq_of_token[t], pos = batch.positions[t], d = geo.dim;
     const float* qh = &q[(t * geo.heads + h) * d];
+    double q_max = 0;
+    for (int64_t e = 0; e < d; ++e) q_max = std::max(q_max, double{std::abs(qh[e])});
     score.assign(pos / kPage + 1, -INFINITY);
     magnitude.assign(pos / kPage + 1, 0.0);
+    spread.assign(pos / kPage + 1, 0.0);
     for (int64_t j = 0; j <= pos; ++j) {
-      double dot = 0, abs_sum = 0;
+      double dot = 0, abs_sum = 0, k_sum = 0;
       for (int64_t e = 0; e < d; ++e) {
         const double p = double{qh[e]} * keys_seen[s][j * d + e];
         dot += p;
         abs_sum += std::abs(p);
+        k_sum += std::abs(double{keys_seen[s][j * d + e]});
       }
       score[j / kPage] = std::max(score[j / kPage], dot);
       magnitude[j / kPage] = std::max(magnitude[j / kPage], abs_sum);
+      spread[j / kPage] = std::max(spread[j / kPage], q_max * k_sum);
     }
   }
 };
 
-// How far a path's float block score may be from the exact one, in units of the block's
-// max_j sum_e |q_e k_je| (M). The CPU (and the exact kernel) sum head_dim products as four
-// chains of d/4 then 3 adds: (d/4 + 3) u with u = 2^-24. The tensor-core kernel: the query as
-// BF16 hi + lo leaves 2^-18 |q|; products of BF16 values are exact in FP32; each of the d/16
+// How far a path's float block score may be from the exact one: relative * M + absolute * S,
+// with M the block's max_j sum_e |q_e k_je| and S its max_j max_e |q_e| sum_e |k_je|. The CPU
+// (and the exact kernel) sum head_dim products as four chains of d/4 then 3 adds:
+// (d/4 + 3) u M with u = 2^-24. The tensor-core kernel: the query as hi + lo leaves 2^-18 |q_e|
+// in BF16 (in FP16, 2^-22 |q_e| + 2^-25 at the scaled query's largest magnitude, over 2^14:
+// 2^-39 max|q| absolute); products of BF16 or FP16 values are exact in FP32; each of the d/16
 // MMAs adds 16 of them to the FP32 accumulator, which we bound by 2^-21 of what it sums (the
 // hardware aligns to the largest term and may truncate: 4 ulp allowed, twice a rounding adder's
-// worst); hi + lo and the FP8 scale round once each (2u). The max over keys keeps the bound.
-double score_error_bound(cuda::IndexerMath math, int64_t d) {
+// worst); hi + lo and the FP8 scale round once each (2u); powers of two are exact. The max over
+// keys keeps the bound.
+struct ErrorBound {
+  double relative = 0, absolute = 0;
+};
+ErrorBound score_error_bound(cuda::IndexerMath math, int64_t d) {
   const double u = kEps32;
-  if (math == cuda::IndexerMath::kExact) return (d / 4.0 + 3) * u;
-  return 0x1p-18 + (d / 16.0) * 0x1p-21 + 2 * u;
+  if (math == cuda::IndexerMath::kExact) return {(d / 4.0 + 3) * u, 0};
+  return {0x1p-18 + (d / 16.0) * 0x1p-21 + 2 * u, 0x1p-39};
 }
 
 // Whether both sides' scores are exact on small-integer inputs, so that ties must agree: the
@@ -201,11 +213,13 @@ int compare(const Case& c, const std::vector<int32_t>& got, const std::vector<in
       EXPECT_EQ(gi.size(), wi.size()) << where;
       EXPECT_TRUE(std::adjacent_find(gi.begin(), gi.end(), std::greater_equal<int32_t>()) == gi.end()) << where;
       EXPECT_TRUE(std::all_of(g.begin() + gi.size(), g.end(), [](int32_t b) { return b == -1; })) << where;
-      std::vector<double> score, magnitude;
-      c.exact_scores(t, h, score, magnitude);
+      std::vector<double> score, magnitude, spread;
+      c.exact_scores(t, h, score, magnitude, spread);
       std::vector<int32_t> only_cpu, only_gpu;
       std::set_difference(wi.begin(), wi.end(), gi.begin(), gi.end(), std::back_inserter(only_cpu));
       std::set_difference(gi.begin(), gi.end(), wi.begin(), wi.end(), std::back_inserter(only_gpu));
+      const ErrorBound cpu = score_error_bound(cuda::IndexerMath::kExact, c.geo.dim);
+      const ErrorBound gpu = score_error_bound(math, c.geo.dim);
       for (int32_t a : only_cpu) {
         for (int32_t b : only_gpu) {
           const auto blocks = static_cast<int32_t>(score.size());
@@ -214,11 +228,10 @@ int compare(const Case& c, const std::vector<int32_t>& got, const std::vector<in
             return near_ties;
           }
           // The CPU ranks a above b and the GPU b above a only if their exact scores are within
-          // the two sides' bounds (score_error_bound); the double reference's own error is
-          // 2^-29 of that.
-          const double bound = score_error_bound(cuda::IndexerMath::kExact, c.geo.dim) +
-                               score_error_bound(math, c.geo.dim);
-          const double tol = bound / 2 * (magnitude[a] + magnitude[b]);
+          // both sides' bounds (score_error_bound) for each block; the double reference's own
+          // error is 2^-29 of that.
+          const double tol = (cpu.relative + gpu.relative) * std::max(magnitude[a], magnitude[b]) * 2 +
+                             gpu.absolute * std::max(spread[a], spread[b]) * 2;
           EXPECT_LE(std::abs(score[a] - score[b]), tol)
               << where << ": the CPU took block " << a << ", the GPU block " << b;
         }

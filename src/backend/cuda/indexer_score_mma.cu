@@ -1,10 +1,13 @@
 // The MSA indexer's block scores on tensor cores (docs/kernels/indexer.md, "Tensor cores").
 // Each warp scores 32 keys of a page as two 16-key tiles: the keys are the rows of
-// mma.m16n8k16's A, dequantized exactly to BF16 in registers, and the queries its B, whose 8
-// columns hold 4 heads' BF16 hi parts and then their lo parts (hi + lo is the FP32 query to
-// 2^-18). The dot products are permuted along head_dim so that each thread reads whole 16-byte
-// units of its rows (B is permuted the same way), and the hi and lo columns meet in one
-// shuffle before the block maximum.
+// mma.m16n8k16's A, dequantized exactly in registers, and the queries its B, whose 8 columns
+// hold 4 heads' hi parts and then their lo parts. BF16 pages multiply in BF16 (hi + lo is the
+// FP32 query to 2^-18). FP8 and NVFP4 pages multiply in FP16, which takes their values with
+// fewer instructions (one hardware conversion per E4M3 pair; E2M1 codes placed as FP16 bits):
+// each head's query is scaled by a power of two into FP16's range first (hi + lo is then the
+// query to 2^-22), and its block maxima are scaled back. The dot products are permuted along
+// head_dim so that each thread reads whole 16-byte units of its rows (B is permuted the same
+// way), and the hi and lo columns meet in one shuffle before the block maximum.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -41,24 +44,33 @@ struct Split {
   static constexpr int kSteps = kDim / 16;
   static constexpr int kScalesPerUnit = D == PageDType::kNVFP4 ? kUnitValues / 16 : 0;
   static constexpr int kStride = kRowBytes % (8 * kUnit) == 0 ? kRowBytes + 4 * kUnit : kRowBytes;
+  static constexpr bool kF16 = D != PageDType::kBF16;  // FP16 MMAs (else BF16)
   using Rows = PageRows<D, kDim, kStride>;
   static_assert(kUnit == 8 || kUnit == 16, "8- or 16-byte unit reads");
   static_assert(kUnits * kStepsPerUnit == kSteps, "the units cover the row");
   static_assert(D != PageDType::kNVFP4 || kUnitValues % 16 == 0, "whole NVFP4 blocks per unit");
 };
 
-// The head_dim index of value e (0..3) of k-step j for thread c: the same for A and B.
+// The head_dim index of value e (0..3) of k-step j for thread c: the same for A and B. A k-step
+// takes values (e0, e1) as its low pair and (e2, e3) as its high pair (A's registers a0 / a1
+// and a2 / a3). BF16 and FP8 units give them in storage order, 4 per step; an NVFP4 word of 8
+// codes gives two steps, values (0, 2 | 4, 6) and (1, 3 | 5, 7), the order unit_to_pairs
+// makes them in.
 template <PageDType D, int kDim>
 __device__ __forceinline__ int dim_of(int c, int j, int e) {
   using S = Split<D, kDim>;
-  return (c + 4 * (j / S::kStepsPerUnit)) * S::kUnitValues + 4 * (j % S::kStepsPerUnit) + e;
+  const int unit_start = (c + 4 * (j / S::kStepsPerUnit)) * S::kUnitValues, step = j % S::kStepsPerUnit;
+  if constexpr (D == PageDType::kNVFP4) return unit_start + 8 * (step / 2) + step % 2 + 2 * e;
+  return unit_start + 4 * step + e;
 }
 
-// One unit of one row as BF16 pairs (values 2i, 2i + 1 in pair i), exactly: BF16 as stored,
-// E4M3 through the hardware conversion to FP16 (exact, NaN kept), E2M1 times its E4M3 block
-// scale (at most 6 significant bits). The FP8 per-layer scale is applied to the block maxima.
+// One unit of one row as pairs in the MMA's type, exactly: pair 2s is step s's low pair, pair
+// 2s + 1 its high pair (dim_of's order). BF16 as stored. E4M3 through the hardware conversion
+// to FP16 (NaN kept); the FP8 per-layer scale multiplies the block maxima. E2M1 codes placed as
+// FP16 bits are the value times 2^-14 (subnormal for 0.5, which is right), times the E4M3 block
+// scale in FP16: at most 6 significant bits, none below 2^-24, so exact.
 template <PageDType D, int kDim>
-__device__ __forceinline__ void unit_to_bf16(const uint8_t* codes, const uint8_t* scales, uint32_t* out) {
+__device__ __forceinline__ void unit_to_pairs(const uint8_t* codes, const uint8_t* scales, uint32_t* out) {
   using S = Split<D, kDim>;
   uint32_t w[4];
   if constexpr (S::kUnit == 16) {
@@ -73,23 +85,20 @@ __device__ __forceinline__ void unit_to_bf16(const uint8_t* codes, const uint8_t
     for (int i = 0; i < S::kUnit / 4; ++i) out[i] = w[i];
   } else if constexpr (D == PageDType::kFP8) {
 #pragma unroll
-    for (int i = 0; i < S::kUnit / 2; ++i) {
-      const auto pair = static_cast<__nv_fp8x2_storage_t>(w[i / 2] >> (16 * (i % 2)));
-      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
-      out[i] = tc::pack_bf16(f.x, f.y);
-    }
+    for (int i = 0; i < S::kUnit / 2; ++i) out[i] = tc::e4m3x2_to_f16x2(w[i / 2] >> (16 * (i % 2)));
   } else {
+    const uint32_t sf2 = tc::e4m3x2_to_f16x2(S::kScalesPerUnit == 2 ? *reinterpret_cast<const uint16_t*>(scales)
+                                                                    : uint32_t{scales[0]});
 #pragma unroll
-    for (int b = 0; b < S::kScalesPerUnit; ++b) {  // words 2b, 2b + 1 are one 16-value block
-      const float sf = e4m3_decode(scales[b]);
-      const uint32_t sf2 = tc::pack_bf16(sf, sf);  // exact: E4M3 fits BF16
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint32_t* x = out + 8 * b + 4 * h;
-        tc::e2m1x8_to_bf16x2(w[2 * b + h], x);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) x[e] = tc::mul_bf16x2(x[e], sf2);
-      }
+    for (int i = 0; i < S::kUnit / 4; ++i) {  // word i: 8 codes, block i / 2
+      const uint32_t sf = tc::prmt(sf2, 0, i / 2 == 0 ? 0x1010 : 0x3232);  // that block's scale, twice
+      // FP16 high bytes (sign << 7 | magnitude << 1) of the even codes, then of the odd ones.
+      const uint32_t even = ((w[i] << 1) & 0x0E0E0E0Eu) | ((w[i] << 4) & 0x80808080u);
+      const uint32_t odd = ((w[i] >> 3) & 0x0E0E0E0Eu) | (w[i] & 0x80808080u);
+      out[4 * i + 0] = tc::mul_f16x2(tc::prmt(even, 0, 0x1404), sf);  // values 0, 2
+      out[4 * i + 1] = tc::mul_f16x2(tc::prmt(even, 0, 0x3424), sf);  // 4, 6
+      out[4 * i + 2] = tc::mul_f16x2(tc::prmt(odd, 0, 0x1404), sf);   // 1, 3
+      out[4 * i + 3] = tc::mul_f16x2(tc::prmt(odd, 0, 0x3424), sf);   // 5, 7
     }
   }
 }
@@ -108,25 +117,47 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
   uint8_t* stages = reinterpret_cast<uint8_t*>(q_frag + passes * S::kSteps * 32);
   const int stage_bytes = R::stage_bytes(a.page_tokens);
   const float* q = a.index_q + t * a.heads * kDim;
-  for (int i = threadIdx.x; i < passes * S::kSteps * 32; i += kScoreThreads) {
-    const int lane = i % 32, step = i / 32 % S::kSteps, pass = i / (32 * S::kSteps);
-    const int group = lane / 4, head = pass * kHeadsPerPass + group % kHeadsPerPass;
-    const bool lo = group >= kHeadsPerPass;
-    uint32_t half[2];
+  // FP16 MMAs: each head's query times 2^shift, its largest magnitude in [2^14, 2^15) (exact,
+  // and far from FP16's 65504); the block maxima are scaled back by the inverse.
+  __shared__ int head_shift[kMmaMaxHeads];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if constexpr (S::kF16) {
+    for (int h = warp; h < a.heads; h += kWarps) {
+      float m = 0.0f;
+      for (int e = lane; e < kDim; e += 32) m = fmaxf(m, fabsf(q[h * kDim + e]));
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {  // b0: values 0, 1 of the step; b1: values 2, 3
-      const int d = dim_of<D, kDim>(lane % 4, step, 2 * k);
-      const float x0 = head < a.heads ? q[head * kDim + d] : 0.0f;
-      const float x1 = head < a.heads ? q[head * kDim + d + 1] : 0.0f;
+      for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
+      int exponent = 0;
+      frexpf(m, &exponent);
+      if (lane == 0) head_shift[h] = m > 0.0f && isfinite(m) ? 15 - exponent : 0;
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < passes * S::kSteps * 32; i += kScoreThreads) {
+    const int frag_lane = i % 32, step = i / 32 % S::kSteps, pass = i / (32 * S::kSteps);
+    const int column = frag_lane / 4, head = pass * kHeadsPerPass + column % kHeadsPerPass;
+    const bool lo = column >= kHeadsPerPass;
+    float x[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      x[e] = head < a.heads ? q[head * kDim + dim_of<D, kDim>(frag_lane % 4, step, e)] : 0.0f;
+      if constexpr (S::kF16) x[e] = head < a.heads ? ldexpf(x[e], head_shift[head]) : 0.0f;
+    }
+    uint32_t half[2];  // b0: values e0, e1; b1: e2, e3
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
       uint32_t hi_bits, lo_bits;
-      tc::split_bf16(x0, x1, hi_bits, lo_bits);
+      if constexpr (S::kF16) tc::split_f16(x[2 * k], x[2 * k + 1], hi_bits, lo_bits);
+      else tc::split_bf16(x[2 * k], x[2 * k + 1], hi_bits, lo_bits);
       half[k] = lo ? lo_bits : hi_bits;
     }
     q_frag[i] = make_uint2(half[0], half[1]);
   }
 
   const float kNegInf = __int_as_float(0xFF800000);
+  // NVFP4 keys were multiplied as value x 2^-14; FP8 ones without the per-layer scale.
   const float out_scale = D == PageDType::kFP8 ? a.scale : 1.0f;
+  constexpr int kKeyShift = D == PageDType::kNVFP4 ? 14 : 0;
   const int64_t pos = a.positions[t];
   const int64_t seq = a.seq_of_token[t];
   const int64_t visible = visible_blocks(a, t);
@@ -140,7 +171,6 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
 
   const PageStream<R> pages{a, stages, seq, pos, first, scored_end, stage_bytes};
   pages.start();
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int c = lane % 4, group = lane / 4;
   for (int64_t b = first; b < scored_end; ++b) {
     pages.wait(b);  // this page (and, the first time, the B fragments) written by every thread
@@ -164,7 +194,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int row = row0 + group + 8 * r;
-          unit_to_bf16<D, kDim>(rows + row * R::kCodeStride + (c + 4 * u) * S::kUnit,
+          unit_to_pairs<D, kDim>(rows + row * R::kCodeStride + (c + 4 * u) * S::kUnit,
                                 scale_rows + row * R::kScaleBytes + (c + 4 * u) * S::kScalesPerUnit, x[r]);
         }
 #pragma unroll
@@ -174,7 +204,8 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
           for (int p = 0; p < kMaxPasses; ++p) {
             if (p < passes) {
               const uint2 bq = q_frag[(p * S::kSteps + u * S::kStepsPerUnit + s) * 32 + lane];
-              tc::mma_m16n8k16(acc[p], frag, bq.x, bq.y);
+              if constexpr (S::kF16) tc::mma_m16n8k16_f16(acc[p], frag, bq.x, bq.y);
+              else tc::mma_m16n8k16(acc[p], frag, bq.x, bq.y);
             }
           }
         }
@@ -206,6 +237,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
       float m = partial[0][threadIdx.x];
 #pragma unroll
       for (int w = 1; w < kWarps; ++w) m = fmaxf(m, partial[w][threadIdx.x]);
+      if constexpr (S::kF16) m = ldexpf(m, kKeyShift - head_shift[threadIdx.x]);
       scores[threadIdx.x * a.max_blocks + b] = m * out_scale;
     }
   }
