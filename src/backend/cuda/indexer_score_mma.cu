@@ -25,7 +25,6 @@ using kvcache::PageDType;
 
 constexpr int kWarps = kScoreThreads / 32;
 constexpr int kHeadsPerPass = 4;  // B's 8 columns: 4 heads' hi parts, then the same heads' lo parts
-constexpr int kMaxPasses = kMmaMaxHeads / kHeadsPerPass;
 constexpr int kTile = 16;  // keys per MMA: its M
 constexpr int kTilesPerWarp = kMaxPageTokens / (kWarps * kTile);
 
@@ -104,17 +103,18 @@ __device__ __forceinline__ void unit_to_pairs(const uint8_t* codes, const uint8_
 }
 
 // Grid (tokens, splits), as the exact kernel's. Shared memory: the B fragments
-// [passes][kSteps][32 lanes] (b0, b1), then the page stages.
-template <PageDType D, int kDim>
+// [kPasses][kSteps][32 lanes] (b0, b1), then the page stages. kPasses passes of 4 heads (1, 2
+// or 4; heads past a.heads are zero columns): a compile-time count keeps the per-tile epilogue
+// to the heads there are.
+template <PageDType D, int kDim, int kPasses>
 __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(IndexerArgs a) {
   using S = Split<D, kDim>;
   using R = typename S::Rows;
   extern __shared__ uint4 smem[];
   __shared__ float partial[kWarps][kMmaMaxHeads];
   const int64_t t = blockIdx.x;
-  const int passes = (a.heads + kHeadsPerPass - 1) / kHeadsPerPass;
   uint2* q_frag = reinterpret_cast<uint2*>(smem);
-  uint8_t* stages = reinterpret_cast<uint8_t*>(q_frag + passes * S::kSteps * 32);
+  uint8_t* stages = reinterpret_cast<uint8_t*>(q_frag + kPasses * S::kSteps * 32);
   const int stage_bytes = R::stage_bytes(a.page_tokens);
   const float* q = a.index_q + t * a.heads * kDim;
   // FP16 MMAs: each head's query times 2^shift, its largest magnitude in [2^14, 2^15) (exact,
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
     }
     __syncthreads();
   }
-  for (int i = threadIdx.x; i < passes * S::kSteps * 32; i += kScoreThreads) {
+  for (int i = threadIdx.x; i < kPasses * S::kSteps * 32; i += kScoreThreads) {
     const int frag_lane = i % 32, step = i / 32 % S::kSteps, pass = i / (32 * S::kSteps);
     const int column = frag_lane / 4, head = pass * kHeadsPerPass + column % kHeadsPerPass;
     const bool lo = column >= kHeadsPerPass;
@@ -180,14 +180,14 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
     const uint8_t* scale_rows = rows + R::scales_at(a.page_tokens);
     // Thread (group, c) keeps the maxima of heads 2c, 2c + 1 of each pass (lanes with c < 2
     // hold the answer; c = 2, 3 hold the same sums).
-    float best[kMaxPasses][2];
+    float best[kPasses][2];
 #pragma unroll
-    for (int p = 0; p < kMaxPasses; ++p) best[p][0] = best[p][1] = kNegInf;
+    for (int p = 0; p < kPasses; ++p) best[p][0] = best[p][1] = kNegInf;
 #pragma unroll
     for (int tile = 0; tile < kTilesPerWarp; ++tile) {
       const int row0 = (warp * kTilesPerWarp + tile) * kTile;
       if (!readable || row0 >= keys) continue;  // warp-uniform
-      float acc[kMaxPasses][4] = {};
+      float acc[kPasses][4] = {};
 #pragma unroll
       for (int u = 0; u < S::kUnits; ++u) {
         uint32_t x[2][S::kUnitValues / 2];
@@ -201,18 +201,16 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
         for (int s = 0; s < S::kStepsPerUnit; ++s) {
           const uint32_t frag[4] = {x[0][2 * s], x[1][2 * s], x[0][2 * s + 1], x[1][2 * s + 1]};
 #pragma unroll
-          for (int p = 0; p < kMaxPasses; ++p) {
-            if (p < passes) {
-              const uint2 bq = q_frag[(p * S::kSteps + u * S::kStepsPerUnit + s) * 32 + lane];
-              if constexpr (S::kF16) tc::mma_m16n8k16_f16(acc[p], frag, bq.x, bq.y);
-              else tc::mma_m16n8k16(acc[p], frag, bq.x, bq.y);
-            }
+          for (int p = 0; p < kPasses; ++p) {
+            const uint2 bq = q_frag[(p * S::kSteps + u * S::kStepsPerUnit + s) * 32 + lane];
+            if constexpr (S::kF16) tc::mma_m16n8k16_f16(acc[p], frag, bq.x, bq.y);
+            else tc::mma_m16n8k16(acc[p], frag, bq.x, bq.y);
           }
         }
       }
       const bool valid0 = row0 + group < keys, valid1 = row0 + group + 8 < keys;
 #pragma unroll
-      for (int p = 0; p < kMaxPasses; ++p) {
+      for (int p = 0; p < kPasses; ++p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[p][e] += __shfl_xor_sync(0xFFFFFFFFu, acc[p][e], 2);  // hi + lo
         // fmaxf skips a NaN dot product (a NaN key), as the CPU's std::max(best, dot) does.
@@ -223,13 +221,13 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
       }
     }
 #pragma unroll
-    for (int p = 0; p < kMaxPasses; ++p) {
+    for (int p = 0; p < kPasses; ++p) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
 #pragma unroll
         for (int offset = 4; offset < 32; offset <<= 1)
           best[p][e] = fmaxf(best[p][e], __shfl_xor_sync(0xFFFFFFFFu, best[p][e], offset));
-        if (lane < 2 && p < passes) partial[warp][p * kHeadsPerPass + 2 * lane + e] = best[p][e];
+        if (lane < 2) partial[warp][p * kHeadsPerPass + 2 * lane + e] = best[p][e];
       }
     }
     __syncthreads();  // partial written; every thread is done with this stage
@@ -244,19 +242,23 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
   cp_async_wait<0>();  // nothing may be left in flight at exit
 }
 
-template <PageDType D, int kDim>
+template <PageDType D, int kDim, int kPasses>
 ScoreVariant variant(const IndexerArgs& a) {
   using S = Split<D, kDim>;
-  const int passes = (a.heads + kHeadsPerPass - 1) / kHeadsPerPass;
-  const size_t frag_bytes = static_cast<size_t>(passes) * S::kSteps * 32 * sizeof(uint2);
-  return {indexer_score_mma_kernel<D, kDim>,
+  const size_t frag_bytes = static_cast<size_t>(kPasses) * S::kSteps * 32 * sizeof(uint2);
+  return {indexer_score_mma_kernel<D, kDim, kPasses>,
           frag_bytes + static_cast<size_t>(S::Rows::kStages) * S::Rows::stage_bytes(a.page_tokens)};
+}
+
+template <PageDType D, int kDim>
+ScoreVariant variant_for_heads(const IndexerArgs& a) {
+  return a.heads <= 4 ? variant<D, kDim, 1>(a) : a.heads <= 8 ? variant<D, kDim, 2>(a) : variant<D, kDim, 4>(a);
 }
 
 template <PageDType D>
 ScoreVariant variant_for_dim(const IndexerArgs& a) {
-  return a.head_dim == 64 ? variant<D, 64>(a) : a.head_dim == 128 ? variant<D, 128>(a)
-       : a.head_dim == 256 ? variant<D, 256>(a) : ScoreVariant{};
+  return a.head_dim == 64 ? variant_for_heads<D, 64>(a) : a.head_dim == 128 ? variant_for_heads<D, 128>(a)
+       : a.head_dim == 256 ? variant_for_heads<D, 256>(a) : ScoreVariant{};
 }
 
 }  // namespace
