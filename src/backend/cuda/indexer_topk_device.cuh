@@ -15,7 +15,7 @@ namespace fp4::cuda::detail {
 // Shared-memory image of one page's key rows: codes [page_tokens][kCodeStride] (the stride
 // chosen by each kernel for conflict-free reads), then the NVFP4 block scales
 // [page_tokens][kScaleBytes].
-template <kvcache::PageDType D, int kDim, int kStride>
+template <kvcache::PageDType D, int kDim, int kStride, int kStageBudget = 96 * 1024>
 struct PageRows {
   static constexpr int kCodeBytes = static_cast<int>(kvcache::page_code_bytes(D, kDim));
   static constexpr int kScaleBytes = D == kvcache::PageDType::kNVFP4 ? kDim / 16 : 0;
@@ -25,10 +25,9 @@ struct PageRows {
   __host__ __device__ static constexpr int stage_bytes(int page_tokens) {
     return scales_at(page_tokens) + (page_tokens * kScaleBytes + 15) / 16 * 16;
   }
-  // Stages: up to 96 KiB of pages in flight per CTA (at most 4 stages, at least 2), so that small
-  // NVFP4 and FP8 pages keep several loads in flight while one is scored; one stage when two
-  // would not fit (FP32 rows of 256 values).
-  static constexpr int kStageBudget = 96 * 1024;
+  // Stages: up to kStageBudget bytes of pages per CTA (at most 4 stages, at least 2), so that
+  // small NVFP4 and FP8 pages keep several loads in flight while one is scored; one stage when
+  // two would not fit (FP32 rows of 256 values).
   static constexpr int kStages = 2 * stage_bytes(kMaxPageTokens) > 150 * 1024 ? 1
                                : kStageBudget / stage_bytes(kMaxPageTokens) >= 4 ? 4
                                : kStageBudget / stage_bytes(kMaxPageTokens) >= 3 ? 3 : 2;
