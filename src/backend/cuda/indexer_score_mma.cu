@@ -155,6 +155,14 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
     }
     q_frag[i] = make_uint2(half[0], half[1]);
   }
+  // With one pass the B fragments fit in registers (2 per k-step) and are not re-read from
+  // shared memory for every tile.
+  uint2 b_frag[kPasses == 1 ? S::kSteps : 1];
+  if constexpr (kPasses == 1) {
+    __syncthreads();  // q_frag written by every thread
+#pragma unroll
+    for (int j = 0; j < S::kSteps; ++j) b_frag[j] = q_frag[j * 32 + lane];
+  }
 
   const float kNegInf = __int_as_float(0xFF800000);
   // NVFP4 keys were multiplied as value x 2^-14; FP8 ones without the per-layer scale.
@@ -171,14 +179,13 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
     for (int h = threadIdx.x; h < a.heads; h += kScoreThreads) scores[h * a.max_blocks + b] = kNegInf;
   }
 
-  const PageStream<R> pages{a, stages, seq, pos, first, scored_end, stage_bytes};
+  PageStream<R> pages{a, stages, seq, pos, first, scored_end, stage_bytes};
   pages.start();
   const int c = lane % 4, group = lane / 4;
   for (int64_t b = first; b < scored_end; ++b) {
-    pages.wait(b);  // this page (and, the first time, the B fragments) written by every thread
+    const uint8_t* rows = pages.wait(b);  // this page, written by every thread
     const bool readable = pages.page(b) != nullptr;
     const int keys = pages.keys(b);
-    const uint8_t* rows = pages.stage(b);
     const uint8_t* scale_rows = rows + R::scales_at(a.page_tokens);
     // Thread (group, c) keeps the maxima of heads 2c, 2c + 1 of each pass (lanes with c < 2
     // hold the answer; c = 2, 3 hold the same sums).
@@ -204,7 +211,10 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
           const uint32_t frag[4] = {x[0][2 * s], x[1][2 * s], x[0][2 * s + 1], x[1][2 * s + 1]};
 #pragma unroll
           for (int p = 0; p < kPasses; ++p) {
-            const uint2 bq = q_frag[(p * S::kSteps + u * S::kStepsPerUnit + s) * 32 + lane];
+            const int step = u * S::kStepsPerUnit + s;
+            uint2 bq;
+            if constexpr (kPasses == 1) bq = b_frag[step];
+            else bq = q_frag[(p * S::kSteps + step) * 32 + lane];
             if constexpr (S::kF16) tc::mma_m16n8k16_f16(acc[p], frag, bq.x, bq.y);
             else tc::mma_m16n8k16(acc[p], frag, bq.x, bq.y);
           }

@@ -186,14 +186,13 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(IndexerArg
     for (int h = threadIdx.x; h < a.heads; h += kScoreThreads) scores[h * a.max_blocks + b] = kNegInf;
   }
 
-  const PageStream<R> pages{a, stages, seq, pos, first, scored_end, stage_bytes};
+  PageStream<R> pages{a, stages, seq, pos, first, scored_end, stage_bytes};
   pages.start();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int64_t b = first; b < scored_end; ++b) {
-    pages.wait(b);  // this page (and, the first time, the queries) written by every thread
+    const uint8_t* rows = pages.wait(b);  // this page (and, the first time, the queries) written by every thread
     const bool readable = pages.page(b) != nullptr;
     const int keys = pages.keys(b);
-    const uint8_t* rows = pages.stage(b);
     const uint8_t* scale_rows = rows + R::scales_at(a.page_tokens);
     for (int h0 = 0; h0 < heads_padded; h0 += kHeadsPerPass) {
       float best[kHeadsPerPass];

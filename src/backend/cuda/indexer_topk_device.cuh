@@ -60,13 +60,15 @@ __device__ __forceinline__ void stage_page(const IndexerArgs& a, const uint8_t* 
 
 // A scoring CTA's pages [first, end) of one sequence, streamed through R::kStages stages:
 // kStages - 1 pages in flight while one is scored. Every call is CTA-uniform. A page outside
-// the pool is not read (the kernels score it as an empty block).
+// the pool is not read (the kernels score it as an empty block). The stage of the page being
+// scored is tracked as a counter: a modulo of the block index costs a 64-bit division.
 template <typename R>
 struct PageStream {
   const IndexerArgs& a;
   uint8_t* stages;
   int64_t seq, pos, first, end;
   int stage_bytes;
+  int slot = 0;  // the stage of the next page wait() returns
 
   __device__ const uint8_t* page(int64_t b) const {
     const int64_t p = a.block_tables[seq * a.max_blocks + b];
@@ -76,26 +78,31 @@ struct PageStream {
     const int64_t k = pos + 1 - b * a.page_tokens;
     return static_cast<int>(k < a.page_tokens ? k : a.page_tokens);
   }
-  __device__ uint8_t* stage(int64_t b) const { return stages + (b - first) % R::kStages * stage_bytes; }
-  __device__ void issue(int64_t b) const {
-    if (b < end && page(b) != nullptr) stage_page<R>(a, page(b), keys(b), stage(b));
+  __device__ void issue(int64_t b, int stage) const {
+    if (b < end) {
+      const uint8_t* p = page(b);
+      if (p != nullptr) stage_page<R>(a, p, keys(b), stages + stage * stage_bytes);
+    }
     cp_async_commit();  // one group per page, empty ones included, so the counts below hold
   }
   __device__ void start() const {
-    for (int k = 0; k + 1 < R::kStages; ++k) issue(first + k);
+    for (int k = 0; k + 1 < R::kStages; ++k) issue(first + k, k);
   }
-  // Waits until page b is in its stage for the whole CTA, after issuing page b + kStages - 1
-  // into the stage page b - 1 used: every thread must be done reading that one (the kernels
-  // end each page with a barrier).
-  __device__ void wait(int64_t b) const {
+  // Waits until page b is in its stage for the whole CTA and returns that stage, after issuing
+  // page b + kStages - 1 into the stage page b - 1 used: every thread must be done reading that
+  // one (the kernels end each page with a barrier).
+  __device__ const uint8_t* wait(int64_t b) {
     if constexpr (R::kStages > 1) {
-      issue(b + R::kStages - 1);
+      issue(b + R::kStages - 1, slot == 0 ? R::kStages - 1 : slot - 1);
       cp_async_wait<R::kStages - 1>();
     } else {
-      issue(b);
+      issue(b, 0);
       cp_async_wait<0>();
     }
     __syncthreads();
+    const uint8_t* here = stages + slot * stage_bytes;
+    slot = slot + 1 == R::kStages ? 0 : slot + 1;
+    return here;
   }
 };
 
