@@ -61,7 +61,7 @@ __device__ __forceinline__ void stage_page(const IndexerArgs& a, const uint8_t* 
 // A scoring CTA's pages [first, end) of one sequence, streamed through R::kStages stages:
 // kStages - 1 pages in flight while one is scored. Every call is CTA-uniform. A page outside
 // the pool is not read (the kernels score it as an empty block). The stage of the page being
-// scored is tracked as a counter: a modulo of the block index costs a 64-bit division.
+// scored is tracked as a counter rather than as the 64-bit block index modulo kStages.
 template <typename R>
 struct PageStream {
   const IndexerArgs& a;
