@@ -10,9 +10,10 @@
 // Two ways to score. Exact (CUDA cores): the dot products are the CPU's operation for operation
 // (four strided partial sums, combined as (s0 + s2) + (s1 + s3)), so the scores, and hence the
 // selections, equal the reference's bit for bit. Tensor cores (the default where they apply):
-// keys dequantized exactly to BF16, the query split into BF16 hi + lo, BF16 MMAs with FP32
-// accumulation; each score is within a derived bound of the reference's, so selections can
-// differ only between blocks whose scores are that close.
+// keys dequantized exactly in registers (BF16 pages as BF16, FP8 and NVFP4 as FP16), the query
+// split into hi + lo of the same type, MMAs with FP32 accumulation; each score is within a
+// derived bound of the reference's, so selections can differ only between blocks whose scores
+// are that close.
 #pragma once
 
 #include <cuda_runtime_api.h>
