@@ -1,5 +1,5 @@
 // The CUDA MSA indexer against fp4::cpu::indexer_topk on the same pages, with both ways of
-// scoring (exact CUDA cores; BF16 tensor cores): several sequences per step with shuffled page
+// scoring (exact on CUDA cores; tensor cores): several sequences per step with shuffled page
 // tables, contexts around the 128-token page and the 16-block (2048-token) dense limit, every
 // index page format, init blocks 0 and 1. Small-integer inputs make ties common, so the tie
 // rule (lower block id) is checked exactly wherever both sides' scores are exact. Gaussian
