@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""scripts/bench-speedups on a made-up `fp4serve bench --json` file whose times give known
+ratios: the indexer and the attention tables, indexer + attention per layer, and the shapes and
+families that lack a format left out.
+
+    bench_speedups_test.py SCRIPT"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checklist import check, summary  # noqa: E402
+
+COPY = 4000.0
+
+
+def row(kernel, shape, ms, device="NVIDIA H200", gbps=COPY / 4):
+    return {"device": device, "kernel": kernel, "shape": shape, "ms": ms, "gbps": gbps,
+            "copy_gbps": COPY, "bytes": 1.0, "validated": False}
+
+
+def main():
+    script = sys.argv[1]
+    rows = [row("memcpy, all threads (ceiling)", "8192x4096", 1.0, device="cpu (16 threads)")]
+    # Indexer at one full shape (1.0 : 1.5 : 2.0 ms) and one that lacks BF16.
+    for fmt, ms in (("nvfp4", 1.0), ("fp8", 1.5), ("bf16", 2.0)):
+        rows.append(row(f"indexer top-16 {fmt} tensor cores", "batch 128 x 256K", ms))
+    for fmt, ms in (("nvfp4", 0.5), ("fp8", 0.7)):
+        rows.append(row(f"indexer top-16 {fmt} tensor cores", "batch 8 x 8K", ms))
+    # Attention at the same batch and context (0.25 : 0.3 : 0.4 ms).
+    for fmt, ms in (("nvfp4", 0.25), ("fp8", 0.3), ("bf16", 0.4)):
+        rows.append(row(f"paged attention sparse {fmt}", "b128 64/4x128 top16 of 256K", ms))
+    # A family with one format only: no table.
+    rows.append(row("nvfp4 quantize bf16", "8192x4096", 0.3))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "bench.json")
+        with open(path, "w") as f:
+            json.dump(rows, f)
+        out = subprocess.run([sys.executable, script, path], capture_output=True, text=True)
+    check(out.returncode == 0, f"exit status 0 (got {out.returncode}: {out.stderr.strip()})")
+    lines = out.stdout.splitlines()
+    print(out.stdout)
+
+    def line_with(*parts):
+        return next((l for l in lines if all(p in l for p in parts)), None)
+
+    indexer = line_with("batch 128 x 256K", "1000.0")
+    check(indexer is not None and indexer.split()[-2:] == ["1.50", "2.00"],
+          f"indexer row: FP8/NVFP4 1.50 and BF16/NVFP4 2.00 (got {indexer!r})")
+    check(line_with("batch 8 x 8K") is None, "a shape without BF16 is left out")
+    attention = line_with("b128 64/4x128 top16 of 256K")
+    check(attention is not None and attention.split()[-2:] == ["1.20", "1.60"],
+          f"attention row: 1.20 and 1.60 (got {attention!r})")
+    together = line_with("batch 128 x 256K", "1250.0")
+    check(together is not None and together.split()[-2:] == ["1.44", "1.92"],
+          f"indexer + attention: 1800/1250 = 1.44 and 2400/1250 = 1.92 (got {together!r})")
+    check(not any("quantize" in l for l in lines), "a family with one format gets no table")
+    check(indexer is not None and indexer.count("( 25%)") == 3,
+          f"% of copy: each row's GB/s over the copy ceiling, 25% (got {indexer!r})")
+    return summary("bench_speedups")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
