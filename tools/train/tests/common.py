@@ -12,6 +12,7 @@ for path in (REPO, os.path.join(REPO, "tests", "reference"), os.path.join(REPO, 
 
 import torch  # noqa: E402
 
+from tools.train.binary import find_fp4serve  # noqa: E402
 from tools.train.model import Model, ModelConfig  # noqa: E402
 
 # The tests run beside compilations on small machines: one thread is the fastest there.
@@ -19,15 +20,11 @@ torch.set_num_threads(1)
 
 
 def fp4serve_binary():
-    """FP4SERVE or $FP4_BUILD_DIR's or build/'s binary, or None."""
-    candidates = [os.environ.get("FP4SERVE")]
-    if os.environ.get("FP4_BUILD_DIR"):
-        candidates.append(os.path.join(os.environ["FP4_BUILD_DIR"], "tools/fp4serve/fp4serve"))
-    candidates.append(os.path.join(REPO, "build/tools/fp4serve/fp4serve"))
-    for c in candidates:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    return None
+    """FP4SERVE or binary.find_fp4serve's choice ($FP4_BUILD_DIR's or build/'s), or None."""
+    try:
+        return find_fp4serve(os.environ.get("FP4SERVE"))
+    except FileNotFoundError:
+        return None
 
 
 def tiny_config(**kw):
