@@ -117,7 +117,6 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
   const int64_t t = blockIdx.x;
   uint2* q_frag = reinterpret_cast<uint2*>(smem);
   uint8_t* stages = reinterpret_cast<uint8_t*>(q_frag + kPasses * S::kSteps * 32);
-  const int stage_bytes = R::stage_bytes(a.page_tokens);
   const float* q = a.index_q + t * a.heads * kDim;
   // FP16 MMAs: each head's query times 2^shift, its largest magnitude in [2^14, 2^15) (exact,
   // and far from FP16's 65504); the block maxima are scaled back by the inverse.
@@ -168,21 +167,11 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
   // NVFP4 keys were multiplied as value x 2^-14; FP8 ones without the per-layer scale.
   const float out_scale = D == PageDType::kFP8 ? a.scale : 1.0f;
   constexpr int kKeyShift = D == PageDType::kNVFP4 ? 14 : 0;
-  const int64_t pos = a.positions[t];
-  const int64_t seq = a.seq_of_token[t];
-  const int64_t visible = visible_blocks(a, t);
-  const int64_t first = static_cast<int64_t>(blockIdx.y) * a.blocks_per_split;
-  const int64_t end = first + a.blocks_per_split < a.max_blocks ? first + a.blocks_per_split : a.max_blocks;
-  const int64_t scored_end = end < visible ? end : visible;
   float* scores = a.scores + t * a.heads * a.max_blocks;
-  for (int64_t b = scored_end > first ? scored_end : first; b < end; ++b) {
-    for (int h = threadIdx.x; h < a.heads; h += kScoreThreads) scores[h * a.max_blocks + b] = kNegInf;
-  }
-
-  PageStream<R> pages{a, stages, seq, pos, first, scored_end, stage_bytes};
+  PageStream<R> pages = split_pages<R>(a, t, stages, scores);
   pages.start();
   const int c = lane % 4, group = lane / 4;
-  for (int64_t b = first; b < scored_end; ++b) {
+  for (int64_t b = pages.first; b < pages.end; ++b) {
     const uint8_t* rows = pages.wait(b);  // this page, written by every thread
     const bool readable = pages.page(b) != nullptr;
     const int keys = pages.keys(b);

@@ -164,7 +164,6 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(IndexerArg
   const int heads_padded = (a.heads + kHeadsPerPass - 1) / kHeadsPerPass * kHeadsPerPass;
   float* q_s = reinterpret_cast<float*>(smem);
   uint8_t* stages = reinterpret_cast<uint8_t*>(q_s + heads_padded * kDim);
-  const int stage_bytes = R::stage_bytes(a.page_tokens);
   const float* q = a.index_q + t * a.heads * kDim;
   // NVFP4 keys come out of decode_chunk times 2^-14, so the queries go in times 2^14 (exact).
   constexpr float kQueryScale = D == PageDType::kNVFP4 ? 0x1p14f : 1.0f;
@@ -175,21 +174,11 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(IndexerArg
   Dequant dq;
   dq.scale = a.scale;
   if (D == PageDType::kFP8 && isfinite(a.scale * 0x1p120f)) dq.folded = a.scale * 0x1p120f;
-  const int64_t pos = a.positions[t];
-  const int64_t seq = a.seq_of_token[t];
-  const int64_t visible = visible_blocks(a, t);
-  const int64_t first = static_cast<int64_t>(blockIdx.y) * a.blocks_per_split;
-  const int64_t end = first + a.blocks_per_split < a.max_blocks ? first + a.blocks_per_split : a.max_blocks;
-  const int64_t scored_end = end < visible ? end : visible;
   float* scores = a.scores + t * a.heads * a.max_blocks;
-  for (int64_t b = scored_end > first ? scored_end : first; b < end; ++b) {
-    for (int h = threadIdx.x; h < a.heads; h += kScoreThreads) scores[h * a.max_blocks + b] = kNegInf;
-  }
-
-  PageStream<R> pages{a, stages, seq, pos, first, scored_end, stage_bytes};
+  PageStream<R> pages = split_pages<R>(a, t, stages, scores);
   pages.start();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int64_t b = first; b < scored_end; ++b) {
+  for (int64_t b = pages.first; b < pages.end; ++b) {
     const uint8_t* rows = pages.wait(b);  // this page (and, the first time, the queries) written by every thread
     const bool readable = pages.page(b) != nullptr;
     const int keys = pages.keys(b);

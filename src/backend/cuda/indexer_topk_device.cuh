@@ -111,4 +111,19 @@ __device__ __forceinline__ int64_t visible_blocks(const IndexerArgs& a, int64_t 
   return blocks < a.max_blocks ? blocks : a.max_blocks;
 }
 
+// The pages of token t that this CTA scores: blocks [y, y + 1) * blocks_per_split (y =
+// blockIdx.y), up to the visible ones. The split's blocks past the visible ones get -inf in
+// `scores` (the token's [heads, max_blocks]) here, since no page of theirs is scored.
+template <typename R>
+__device__ __forceinline__ PageStream<R> split_pages(const IndexerArgs& a, int64_t t, uint8_t* stages, float* scores) {
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * a.blocks_per_split;
+  const int64_t end = first + a.blocks_per_split < a.max_blocks ? first + a.blocks_per_split : a.max_blocks;
+  const int64_t visible = visible_blocks(a, t);
+  const int64_t scored_end = end < visible ? end : visible;
+  for (int64_t b = scored_end > first ? scored_end : first; b < end; ++b) {
+    for (int h = threadIdx.x; h < a.heads; h += kScoreThreads) scores[h * a.max_blocks + b] = __int_as_float(0xFF800000);
+  }
+  return PageStream<R>{a, stages, a.seq_of_token[t], a.positions[t], first, scored_end, R::stage_bytes(a.page_tokens)};
+}
+
 }  // namespace fp4::cuda::detail
