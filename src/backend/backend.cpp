@@ -9,6 +9,7 @@ std::string_view model_op_name(ModelOp op) {
     case ModelOp::kRope: return "rope";
     case ModelOp::kGatedActivation: return "gated_activation";
     case ModelOp::kCacheInsert: return "cache_insert";
+    case ModelOp::kPreAttention: return "pre_attention";
     case ModelOp::kIndexerTopk: return "indexer_topk";
     case ModelOp::kPagedAttention: return "paged_attention";
     case ModelOp::kRouter: return "router";

@@ -16,6 +16,7 @@ enum class ModelOp : uint8_t {
   kRope,
   kGatedActivation,
   kCacheInsert,
+  kPreAttention,
   kIndexerTopk,
   kPagedAttention,
   kRouter,
@@ -36,6 +37,7 @@ class Backend {
   virtual void rope(const RopeParams& p) = 0;
   virtual void gated_activation(const GatedActivationParams& p) = 0;
   virtual void cache_insert(const CacheInsertParams& p) = 0;
+  virtual void pre_attention(const PreAttentionParams& p) = 0;
   virtual void indexer_topk(const IndexerTopkParams& p) = 0;
   virtual void paged_attention(const PagedAttentionParams& p) = 0;
   virtual void router(const RouterParams& p) = 0;

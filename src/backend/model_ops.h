@@ -8,6 +8,7 @@
 // block table maps its logical block b (tokens [128b, 128b + 127]) to a page of the pool.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kvcache/page_io.h"
@@ -44,6 +45,12 @@ struct RopeParams {
   int64_t tokens = 0, heads = 0, head_dim = 0, rotary_dim = 0;
   double theta = 10000.0;
 };
+
+// The angle step of rotary pair j: theta^(-2j / rotary_dim), in double. Every backend takes its
+// frequencies from here, so their angles agree to the bit.
+inline double rope_inv_freq(double theta, int64_t rotary_dim, int64_t j) {
+  return std::pow(theta, -2.0 * static_cast<double>(j) / static_cast<double>(rotary_dim));
+}
 
 enum class GatedActivation : uint8_t {
   kSilu,       // silu(g) * u
@@ -91,6 +98,52 @@ struct PagedContext {
 // always selected; the other slots take the highest scores, ties to the lower block id. When the
 // visible blocks number topk or fewer, all are selected. Output: logical block ids in ascending
 // order, padded with -1, at selected[(h * tokens + t) * topk + i].
+// One head family of the pre-attention step: `heads` vectors of `dim` values per token, row r of
+// `x` being token r (row stride `stride` floats, so the column ranges of one fused
+// [q | k | v | index_q | index_k] GEMM output need no copy). `norm`: per-head RMSNorm weight
+// [dim], or nullptr for none.
+struct HeadInput {
+  const float* x = nullptr;
+  int64_t stride = 0;
+  const float* norm = nullptr;
+};
+
+// One attention layer's fused pre-attention step, what the attention kernels need from the
+// projections:
+// - q and k (and, in a sparse layer, index_q and index_k) get the per-head RMSNorm (rms_norm's
+//   arithmetic; skipped where the weight is null) and then the partial RoPE (rope's);
+// - K and V go into the K/V cache and index-K into the index cache, at each token's slot
+//   block_tables[seq, position / page_tokens] * page_tokens + position % page_tokens, as
+//   cache_insert writes them;
+// - q and index_q are written out, normed and rotated, in FP32 (what the attention and indexer
+//   kernels take).
+// The CPU backend runs rms_norm, rope and cache_insert in turn; a GPU runs one kernel.
+struct PreAttentionParams {
+  PagedContext ctx;
+  HeadInput q, k, v;                  // q_heads / kv_heads / kv_heads heads of head_dim
+  int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
+  HeadInput index_q, index_k;         // sparse layers: index_heads heads / one head of
+  int64_t index_heads = 0, index_head_dim = 0;  // index_head_dim; index_q.x == nullptr: none
+  float eps = 1e-6f;
+  bool gemma = false;
+  int64_t rotary_dim = 0;
+  double theta = 10000.0;
+  const kvcache::PageLayout* kv_layout = nullptr;
+  uint8_t* kv_pool = nullptr;         // [num_pages, kv_layout->page_bytes]
+  kvcache::KvScales kv_scales;
+  const kvcache::PageLayout* index_layout = nullptr;
+  uint8_t* index_pool = nullptr;      // [num_pages, index_layout->page_bytes]
+  float index_scale = 1.0f;
+  int64_t num_pages = 0;              // pages in each pool
+  float* q_out = nullptr;             // [tokens, q_heads, head_dim]
+  float* index_q_out = nullptr;       // [tokens, index_heads, index_head_dim]
+  // Optional (nullptr: not written): K and index-K as they went into the caches, normed and
+  // rotated, [tokens, kv_heads, head_dim] and [tokens, index_head_dim]. Tests compare the cache
+  // bytes against cache_insert run on them.
+  float* k_out = nullptr;
+  float* index_k_out = nullptr;
+};
+
 struct IndexerTopkParams {
   PagedContext ctx;
   const kvcache::PageLayout* layout = nullptr;  // the index cache's

@@ -113,54 +113,45 @@ void ModelRunner::attention(int64_t layer_index, const StepBatch& b,
   const int64_t t = static_cast<int64_t>(b.tokens.size());
   const float eps = static_cast<float>(c.rms_norm_eps);
 
-  std::vector<float> q = linear(w.q, x.data(), t);
-  std::vector<float> k = linear(w.k, x.data(), t);
+  const std::vector<float> q_proj = linear(w.q, x.data(), t);
+  const std::vector<float> k = linear(w.k, x.data(), t);
   const std::vector<float> v = linear(w.v, x.data(), t);
-  auto norm_heads = [&](std::vector<float>& y, const std::vector<float>& weight, int64_t dim) {
-    if (weight.empty()) return;
-    backend_.rms_norm({.x = y.data(), .weight = weight.data(), .y = y.data(),
-                       .rows = static_cast<int64_t>(y.size()) / dim, .dim = dim, .eps = eps,
-                       .gemma = c.gemma_norm});
-  };
-  auto rotate = [&](std::vector<float>& y, int64_t dim) {
-    backend_.rope({.x = y.data(), .positions = b.positions.data(), .tokens = t,
-                   .heads = static_cast<int64_t>(y.size()) / (t * dim), .head_dim = dim,
-                   .rotary_dim = c.rotary_dim, .theta = c.rope_theta});
-  };
-  norm_heads(q, w.q_norm, c.head_dim);
-  norm_heads(k, w.k_norm, c.head_dim);
-  rotate(q, c.head_dim);
-  rotate(k, c.head_dim);
-
-  std::vector<int64_t> slots(static_cast<size_t>(t));
-  for (int64_t i = 0; i < t; ++i) {
-    const int64_t page = b.block_tables[b.seq_of_token[i] * b.max_blocks +
-                                        b.positions[i] / kvcache::kPageTokens];
-    slots[i] = page * kvcache::kPageTokens + b.positions[i] % kvcache::kPageTokens;
-  }
-  backend_.cache_insert({.layout = &cache.kv, .pool = cache.kv_pages.data(),
-                         .num_pages = cache_.num_pages(), .k = k.data(), .v = v.data(),
-                         .slots = slots.data(), .tokens = t, .scales = cache.kv_scales});
-
   const PagedContext ctx = paged_context(b);
-  std::vector<int32_t>* selected = nullptr;
+  std::vector<float> q(q_proj.size()), iq, ik;
+  auto norm_weight = [](const std::vector<float>& weight) { return weight.empty() ? nullptr : weight.data(); };
+  PreAttentionParams pre{
+      .ctx = ctx,
+      .q = {q_proj.data(), c.num_heads * c.head_dim, norm_weight(w.q_norm)},
+      .k = {k.data(), c.num_kv_heads * c.head_dim, norm_weight(w.k_norm)},
+      .v = {v.data(), c.num_kv_heads * c.head_dim, nullptr},
+      .q_heads = c.num_heads, .kv_heads = c.num_kv_heads, .head_dim = c.head_dim,
+      .eps = eps, .gemma = c.gemma_norm, .rotary_dim = c.rotary_dim, .theta = c.rope_theta,
+      .kv_layout = &cache.kv, .kv_pool = cache.kv_pages.data(), .kv_scales = cache.kv_scales,
+      .num_pages = cache_.num_pages(), .q_out = q.data()};
+  std::vector<float> iq_out;
   if (layer.sparse) {
     const int64_t di = c.index_head_dim;
-    std::vector<float> iq = linear(w.index_q, x.data(), t);
-    std::vector<float> ik = linear(w.index_k, x.data(), t);
-    norm_heads(iq, w.index_q_norm, di);
-    norm_heads(ik, w.index_k_norm, di);
-    rotate(iq, di);
-    rotate(ik, di);
-    backend_.cache_insert({.layout = &cache.index, .pool = cache.index_pages.data(),
-                           .num_pages = cache_.num_pages(), .k = ik.data(), .v = nullptr,
-                           .slots = slots.data(), .tokens = t,
-                           .scales = {cache.index_scale, 1.0f}});
+    iq = linear(w.index_q, x.data(), t);
+    ik = linear(w.index_k, x.data(), t);
+    iq_out.resize(iq.size());
+    pre.index_q = {iq.data(), c.num_index_heads * di, norm_weight(w.index_q_norm)};
+    pre.index_k = {ik.data(), di, norm_weight(w.index_k_norm)};
+    pre.index_heads = c.num_index_heads;
+    pre.index_head_dim = di;
+    pre.index_layout = &cache.index;
+    pre.index_pool = cache.index_pages.data();
+    pre.index_scale = cache.index_scale;
+    pre.index_q_out = iq_out.data();
+  }
+  backend_.pre_attention(pre);
+
+  std::vector<int32_t>* selected = nullptr;
+  if (layer.sparse) {
     selected = &selection_[layer_index];
     selected->assign(static_cast<size_t>(c.num_kv_heads * t * c.sparse_topk_blocks), -1);
     backend_.indexer_topk({.ctx = ctx, .layout = &cache.index, .pool = cache.index_pages.data(),
                            .num_pages = cache_.num_pages(), .scale = cache.index_scale,
-                           .index_q = iq.data(), .heads = c.num_index_heads, .head_dim = di,
+                           .index_q = iq_out.data(), .heads = c.num_index_heads, .head_dim = c.index_head_dim,
                            .topk = c.sparse_topk_blocks, .init_blocks = c.sparse_init_blocks,
                            .local_blocks = c.sparse_local_blocks, .selected = selected->data()});
   }

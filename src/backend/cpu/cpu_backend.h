@@ -14,6 +14,7 @@ void rope(const RopeParams& p);
 void gated_activation(const GatedActivationParams& p);
 void router(const RouterParams& p);
 void cache_insert(const CacheInsertParams& p);
+void pre_attention(const PreAttentionParams& p);
 void indexer_topk(const IndexerTopkParams& p);
 void paged_attention(const PagedAttentionParams& p);
 
@@ -27,6 +28,7 @@ class CpuBackend final : public Backend {
   void rope(const RopeParams& p) override { cpu::rope(p); }
   void gated_activation(const GatedActivationParams& p) override { cpu::gated_activation(p); }
   void cache_insert(const CacheInsertParams& p) override { cpu::cache_insert(p); }
+  void pre_attention(const PreAttentionParams& p) override { cpu::pre_attention(p); }
   void indexer_topk(const IndexerTopkParams& p) override { cpu::indexer_topk(p); }
   void paged_attention(const PagedAttentionParams& p) override { cpu::paged_attention(p); }
   void router(const RouterParams& p) override { cpu::router(p); }

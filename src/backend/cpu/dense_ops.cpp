@@ -69,7 +69,7 @@ void rope(const RopeParams& p) {
   const int64_t half = p.rotary_dim / 2;
   std::vector<double> inv_freq(static_cast<size_t>(half));
   for (int64_t j = 0; j < half; ++j) {
-    inv_freq[j] = std::pow(p.theta, -2.0 * static_cast<double>(j) / static_cast<double>(p.rotary_dim));
+    inv_freq[j] = rope_inv_freq(p.theta, p.rotary_dim, j);
   }
   parallel_for_cost(p.tokens, p.heads * p.rotary_dim + 40 * p.rotary_dim, [&](int64_t t0, int64_t t1) {
     std::vector<float> cos_v(static_cast<size_t>(half)), sin_v(static_cast<size_t>(half));
