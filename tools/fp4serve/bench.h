@@ -2,6 +2,7 @@
 // fraction of the copy bandwidth measured in the same run.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,7 +25,15 @@ struct Options {
   int64_t cpu_tensor_bytes = int64_t{64} << 20;
   int reps = 20;
   bool gpu = true;
+  // Sections to run (kBenchSections); empty runs them all.
+  std::vector<std::string> only;
+  bool runs(const std::string& section) const {
+    return only.empty() || std::find(only.begin(), only.end(), section) != only.end();
+  }
 };
+
+// The sections of `fp4serve bench`, for --only: the CPU codecs, then the GPU's.
+inline const std::vector<std::string> kBenchSections = {"cpu", "quantize", "attention", "indexer", "pre-attention"};
 
 std::vector<Row> run_cpu_benchmarks(const Options& options);
 // Empty when this build has no CUDA backend or the machine has no GPU; `why` says which.

@@ -55,13 +55,16 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   sub->add_option("--reps", options->reps, "Timed repetitions (the median is reported)")
       ->capture_default_str()->check(CLI::Range(1, 10000));
   sub->add_flag("--cpu-only", *cpu_only, "Skip the GPU benchmarks");
+  sub->add_option("--only", options->only, "Run only these sections (repeatable)")
+      ->check(CLI::IsMember(bench::kBenchSections));
   sub->add_option("--json", *json_path, "Also write the rows to this JSON file");
   CLI::App* serve = add_bench_serve_command(*sub, exit_code);
   sub->callback([=, &exit_code] {
     // CLI11 runs this callback after the one of `bench serve` too: the kernels are benchmarked
     // only when no subcommand was given.
     if (serve->parsed()) return;
-    std::vector<bench::Row> rows = bench::run_cpu_benchmarks(*options);
+    std::vector<bench::Row> rows;
+    if (options->runs("cpu")) rows = bench::run_cpu_benchmarks(*options);
     if (!*cpu_only) {
       std::string why;
       auto gpu_rows = bench::run_gpu_benchmarks(*options, why);

@@ -12,6 +12,7 @@
 #include "tools/fp4serve/bench_data.h"
 #include "tools/fp4serve/bench_attention.h"
 #include "tools/fp4serve/bench_indexer.h"
+#include "tools/fp4serve/bench_pre_attention.h"
 
 namespace fp4::bench {
 
@@ -43,6 +44,7 @@ std::vector<Row> run_gpu_benchmarks(const Options& options, std::string& why) {
   b = cuda::DeviceBuffer();
 
   for (DType dtype : {DType::kBF16, DType::kF32}) {
+    if (!options.runs("quantize")) break;
     const int elem = dtype_bits(dtype) / 8;
     const int64_t rows_n = options.gpu_tensor_bytes / elem / kCols;
     const int64_t count = rows_n * kCols;
@@ -93,8 +95,12 @@ std::vector<Row> run_gpu_benchmarks(const Options& options, std::string& why) {
                       name, dt, q_ok ? "ok" : "MISMATCH", d_ok ? "ok" : "MISMATCH");
     }
   }
-  for (Row& r : bench_paged_attention(device, copy_gbps, options.reps)) rows.push_back(std::move(r));
-  for (Row& r : bench_indexer(device, copy_gbps, options.reps)) rows.push_back(std::move(r));
+  auto append = [&](std::vector<Row> more) {
+    for (Row& r : more) rows.push_back(std::move(r));
+  };
+  if (options.runs("attention")) append(bench_paged_attention(device, copy_gbps, options.reps));
+  if (options.runs("indexer")) append(bench_indexer(device, copy_gbps, options.reps));
+  if (options.runs("pre-attention")) append(bench_pre_attention(device, copy_gbps, options.reps));
   return rows;
 }
 

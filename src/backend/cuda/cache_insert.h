@@ -19,8 +19,8 @@ void cache_insert(const CacheInsertParams& p, cudaStream_t stream);
 
 namespace detail {
 
-// What the kernel needs, by value: plane 0 is K, plane 1 is V.
-struct InsertArgs {
+// One paged cache as the device writers need it, by value: plane 0 is K, plane 1 is V.
+struct CacheTarget {
   uint8_t* pool = nullptr;  // [num_pages, page_bytes]
   int64_t num_pages = 0, page_bytes = 0;
   int64_t code_row_bytes = 0, scale_row_bytes = 0;
@@ -29,8 +29,17 @@ struct InsertArgs {
   int chunks = 0;            // 16-value blocks per group, the last one short when not NVFP4
   int planes = 1;
   kvcache::PageDType dtype = kvcache::PageDType::kFP32;
+  float scale[2] = {1.0f, 1.0f};  // FP8 scale or NVFP4 global scale per plane
+};
+
+// The target for `layout` after cache_insert's checks of the layout and the scales (which name
+// `op` in their errors).
+CacheTarget cache_target(const kvcache::PageLayout& layout, uint8_t* pool, int64_t num_pages,
+                         kvcache::KvScales scales, const char* op);
+
+struct InsertArgs {
+  CacheTarget cache;
   const float* src[2] = {nullptr, nullptr};  // [tokens, heads, head_dim]
-  float scale[2] = {1.0f, 1.0f};             // FP8 scale or NVFP4 global scale per plane
   const int64_t* slots = nullptr;            // [tokens]
   int64_t tokens = 0;
   int64_t vector_elems = 0;                  // heads x head_dim

@@ -1,0 +1,122 @@
+// Fused pre-attention kernel. One CTA per token:
+// 1. its rotary cos/sin (double, rounded to float, as the CPU's rope) into shared memory;
+// 2. each warp takes head vectors of the token in turn (every head of q, k, v, index_q,
+//    index_k): loads it, norms it (sum of squares in double, as rms_norm), rotates its first
+//    rotary_dim values, and writes it to its output (q, index_q) or to the CTA's stage (k, v,
+//    index-K);
+// 3. the CTA's threads quantize the staged K, V and index-K into the caches, one 16-value block
+//    each, with the cache-insert kernel's writer.
+// -fmad=false (CMakeLists) keeps every product and sum rounded as the CPU's.
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cache_write.cuh"
+#include "backend/cuda/pre_attention.h"
+
+namespace fp4::cuda::detail {
+namespace {
+
+constexpr int kWarps = kPreAttentionThreads / 32;
+
+__device__ __forceinline__ double warp_sum(double x) {
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
+  return x;
+}
+
+// Shared memory: cos[pairs], sin[pairs], stage[stage_floats], warp buffers[kWarps][max_dim].
+__global__ void __launch_bounds__(kPreAttentionThreads) pre_attention_kernel(const PreAttentionArgs a) {
+  extern __shared__ float smem[];
+  float* cos_s = smem;
+  float* sin_s = cos_s + a.rotary_pairs;
+  float* stage = sin_s + a.rotary_pairs;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* buf = stage + a.stage_floats + warp * a.max_dim;
+  const int t = blockIdx.x;
+  const int pos = a.positions[t];
+  for (int j = threadIdx.x; j < a.rotary_pairs; j += kPreAttentionThreads) {
+    double s, c;
+    sincos(static_cast<double>(pos) * a.inv_freq[j], &s, &c);
+    cos_s[j] = static_cast<float>(c);
+    sin_s[j] = static_cast<float>(s);
+  }
+  __syncthreads();
+
+  int total = 0;
+  for (int s = 0; s < a.num_sets; ++s) total += a.sets[s].heads;
+  for (int v = warp; v < total; v += kWarps) {
+    int s = 0, h = v;
+    while (h >= a.sets[s].heads) h -= a.sets[s++].heads;
+    const HeadSetArgs& set = a.sets[s];
+    const int dim = set.dim;
+    const float* x = set.x + int64_t{t} * set.stride + int64_t{h} * dim;
+    double sum_sq = 0.0;
+    for (int i = lane; i < dim; i += 32) {
+      const float xi = __ldg(x + i);
+      buf[i] = xi;
+      sum_sq += static_cast<double>(xi) * xi;  // exact: a float square fits a double
+    }
+    if (set.norm != nullptr) {
+      // rms_norm's expression, in double up to the one rounding to float.
+      const float inv = static_cast<float>(1.0 / sqrt(warp_sum(sum_sq) / dim + static_cast<double>(a.eps)));
+      for (int i = lane; i < dim; i += 32) {
+        const float w = a.gemma ? 1.0f + __ldg(set.norm + i) : __ldg(set.norm + i);
+        buf[i] = buf[i] * inv * w;
+      }
+    }
+    __syncwarp();
+    if (set.rotate) {
+      const int half = a.rotary_pairs;
+      for (int j = lane; j < half; j += 32) {
+        const float x0 = buf[j], x1 = buf[j + half];
+        buf[j] = x0 * cos_s[j] - x1 * sin_s[j];
+        buf[j + half] = x1 * cos_s[j] + x0 * sin_s[j];
+      }
+      __syncwarp();
+    }
+    float* out = set.out != nullptr ? set.out + (int64_t{t} * set.heads + h) * dim : nullptr;
+    float* staged = set.stage >= 0 ? stage + set.stage + h * dim : nullptr;
+    for (int i = lane; i < dim; i += 32) {
+      if (out != nullptr) out[i] = buf[i];
+      if (staged != nullptr) staged[i] = buf[i];
+    }
+    __syncwarp();  // the buffer is rewritten by the next vector
+  }
+  __syncthreads();
+
+  // The token's slot; a sequence, block or page out of range inserts nothing.
+  const int page_tokens = a.caches[0].page_tokens;  // the launcher checks both caches agree
+  const int seq = a.seq_of_token[t], block = pos / page_tokens;
+  int64_t slot = -1;
+  if (seq >= 0 && seq < a.num_seqs && pos >= 0 && block < a.max_blocks) {
+    const int page = a.block_tables[int64_t{seq} * a.max_blocks + block];
+    if (page >= 0) slot = int64_t{page} * page_tokens + pos % page_tokens;
+  }
+  for (int cache = 0; cache < a.num_caches; ++cache) {
+    const CacheTarget& c = a.caches[cache];
+    const int items = c.planes * c.groups * c.chunks;
+    for (int i = threadIdx.x; i < items; i += kPreAttentionThreads) {
+      const int chunk = i % c.chunks, g = i / c.chunks % c.groups, plane = i / (c.chunks * c.groups);
+      const float* src = stage + a.source[cache][plane] + g * c.group_elems + chunk * cache_write::kBlock;
+      cache_write::write_cache_block<false>(c, slot, plane, g, chunk, src);
+    }
+  }
+}
+
+}  // namespace
+
+size_t pre_attention_smem_bytes(const PreAttentionArgs& a) {
+  return sizeof(float) * (2 * size_t(a.rotary_pairs) + a.stage_floats + size_t(kWarps) * a.max_dim);
+}
+
+cudaError_t launch_pre_attention(const PreAttentionArgs& a, cudaStream_t stream) {
+  const size_t smem = pre_attention_smem_bytes(a);
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(pre_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  pre_attention_kernel<<<a.tokens, kPreAttentionThreads, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace fp4::cuda::detail

@@ -1,0 +1,64 @@
+// The fused pre-attention step on the GPU: fp4::cpu::pre_attention's contract
+// (backend/model_ops.h PreAttentionParams) in one kernel, so the projections' output is read
+// once and nothing between the norm and the cache write goes back to global memory.
+// Design and numerics: docs/kernels/pre_attention.md.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cache_insert.h"
+#include "backend/model_ops.h"
+
+namespace fp4::cuda {
+
+// Pointers in `p` are device pointers except the two page layouts, host objects read at the
+// call. Asynchronous on `stream`. The params are checked as on the CPU (check_pre_attention),
+// plus: rotary_dim at most 256 and heads of at most 1024 values. Indices that live on the
+// device cannot be checked by the host: a token whose sequence, block or page is out of range
+// gets its q and index_q written but nothing inserted. Tokens of one step must have distinct
+// slots. q_out may be q.x itself when q's rows are dense (each head is read before it is
+// written).
+void pre_attention(const PreAttentionParams& p, cudaStream_t stream);
+
+namespace detail {
+
+// One head family of the step (q, k, v, index_q, index_k), by value.
+struct HeadSetArgs {
+  const float* x = nullptr;
+  int64_t stride = 0;
+  const float* norm = nullptr;  // [dim] or nullptr
+  int heads = 0, dim = 0;
+  bool rotate = false;
+  float* out = nullptr;         // [tokens, heads, dim], or nullptr
+  int stage = -1;               // offset (floats) of the family in the CTA's stage, or -1
+};
+
+constexpr int kPreAttentionThreads = 256;
+constexpr int kMaxRotaryPairs = 128;
+constexpr int kMaxHeadSets = 5;
+
+struct PreAttentionArgs {
+  const int32_t* positions = nullptr;
+  const int32_t* seq_of_token = nullptr;
+  const int32_t* block_tables = nullptr;
+  int tokens = 0, num_seqs = 0, max_blocks = 0;
+  HeadSetArgs sets[kMaxHeadSets];
+  int num_sets = 0;
+  CacheTarget caches[2];
+  int source[2][2] = {{0, 0}, {0, 0}};  // stage offset of each cache's K and V values
+  int num_caches = 0;
+  float eps = 1e-6f;
+  bool gemma = false;
+  int rotary_pairs = 0;                  // rotary_dim / 2
+  double inv_freq[kMaxRotaryPairs] = {};
+  int stage_floats = 0, max_dim = 0;
+};
+
+// Dynamic shared memory of one CTA for `a`.
+size_t pre_attention_smem_bytes(const PreAttentionArgs& a);
+cudaError_t launch_pre_attention(const PreAttentionArgs& a, cudaStream_t stream);
+
+}  // namespace detail
+}  // namespace fp4::cuda
