@@ -165,13 +165,15 @@ void run_case(const Case& c, std::mt19937_64& rng) {
       // Gaussian: logits carry a rounding error delta <= kappa u A with kappa = D/4 + 4 on the
       // CPU (four partial sums of D/4 products, the scale) and D/4 + 76 on the GPU (the same
       // for FMAs; for tensor cores 2^-18 = 64 u from Q's BF16 hi/lo split plus two roundings
-      // per 16-product MMA step); exp and exp2 add (4 + 2A) u per weight on each side. A
-      // relative error e of the weights moves a convex combination of V by <= 2e * 2 vmax:
-      // 4 (D/2 + 80) u A vmax from the logits, 8 (4 + 2A) u vmax from exp. Accumulating n
-      // weights and n weighted rows (with rescales) costs each side <= (4n + 50) u vmax, the
-      // tensor cores' BF16 split of P 64 u vmax more. Altogether vmax u ((2D + 336) A + 8n + 196).
+      // per 16-product MMA step; FP16's split, for FP8 and NVFP4 pages, leaves 2^-22 = 4 u); exp
+      // and exp2 add (4 + 2A) u per weight on each side. A relative error e of the weights moves
+      // a convex combination of V by <= 2e * 2 vmax: 4 (D/2 + 80) u A vmax from the logits,
+      // 8 (4 + 2A) u vmax from exp. Accumulating n weights and n weighted rows (with rescales)
+      // costs each side <= (4n + 50) u vmax, the tensor cores' split of P 64 u vmax more, and
+      // with FP16 also its subnormal spacing: 2^-25 = u/2 per weight, n u/2 vmax over n keys
+      // (the weights sum to at least 1). Altogether vmax u ((2D + 336) A + 8.5n + 196).
       tol[t * kv_heads + g] = exact ? 256 * kU * vmax
-                                    : vmax * kU * ((2.0 * d + 336) * amax + 8 * n + 196);
+                                    : vmax * kU * ((2.0 * d + 336) * amax + 8.5 * n + 196);
     }
   }
 

@@ -167,7 +167,7 @@ Row run_one(const std::string& device, double copy_gbps, int reps, PageDType dty
     double q1 = 0;
     for (int64_t e = 0; e < kDim; ++e) q1 += std::abs(q[row * kDim + e]);
     const double a = softmax_scale * kValueBound * q1;
-    const double tol = kValueBound * 0x1p-24 * ((2.0 * kDim + 336) * a + 8 * 2048 + 196);
+    const double tol = kValueBound * 0x1p-24 * ((2.0 * kDim + 336) * a + 8.5 * 2048 + 196);
     for (int64_t e = 0; e < kDim; ++e) ok &= std::abs(double{got[row * kDim + e]} - want[row * kDim + e]) <= tol;
   }
 

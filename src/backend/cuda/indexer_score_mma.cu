@@ -93,13 +93,9 @@ __device__ __forceinline__ void unit_to_pairs(const uint8_t* codes, const uint8_
 #pragma unroll
     for (int i = 0; i < S::kUnit / 4; ++i) {  // word i: 8 codes, block i / 2
       const uint32_t sf = tc::prmt(sf2, 0, i / 2 == 0 ? 0x1010 : 0x3232);  // that block's scale, twice
-      // FP16 high bytes (sign << 7 | magnitude << 1) of the even codes, then of the odd ones.
-      const uint32_t even = ((w[i] << 1) & 0x0E0E0E0Eu) | ((w[i] << 4) & 0x80808080u);
-      const uint32_t odd = ((w[i] >> 3) & 0x0E0E0E0Eu) | (w[i] & 0x80808080u);
-      out[4 * i + 0] = tc::mul_f16x2(tc::prmt(even, 0, 0x1404), sf);  // values 0, 2
-      out[4 * i + 1] = tc::mul_f16x2(tc::prmt(even, 0, 0x3424), sf);  // 4, 6
-      out[4 * i + 2] = tc::mul_f16x2(tc::prmt(odd, 0, 0x1404), sf);   // 1, 3
-      out[4 * i + 3] = tc::mul_f16x2(tc::prmt(odd, 0, 0x3424), sf);   // 5, 7
+      tc::e2m1x8_to_f16x2_permuted(w[i], &out[4 * i]);  // values 0, 2 | 4, 6 | 1, 3 | 5, 7
+#pragma unroll
+      for (int e = 0; e < 4; ++e) out[4 * i + e] = tc::mul_f16x2(out[4 * i + e], sf);
     }
   }
 }

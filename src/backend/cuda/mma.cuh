@@ -1,5 +1,5 @@
 // Tensor-core building blocks shared by the CUDA kernels: mma.sync and ldmatrix wrappers,
-// cp.async, FP32 -> BF16 hi/lo splitting and the exact E2M1 -> BF16 expansion.
+// cp.async, FP32 -> BF16 / FP16 hi/lo splitting and the exact E4M3 and E2M1 -> FP16 expansions.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -98,27 +98,22 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t select
   return d;
 }
 
-// Eight E2M1 codes (value 2i in the low nibble of byte i) as four BF16 pairs, (v0, v1) first.
-// The magnitudes come from byte tables indexed by prmt: low and high bytes of the BF16 bits of
-// 0, .5, 1, 1.5, 2, 3, 4, 6. The signs come from prmt's sign-replicate mode: byte k of w << 4
-// has value 2k's sign as its top bit, byte k of w value 2k+1's.
-__device__ __forceinline__ void e2m1x8_to_bf16x2(uint32_t w, uint32_t out[4]) {
-  constexpr uint32_t kLow03 = 0xC0800000u, kLow47 = 0xC0804000u;
-  constexpr uint32_t kHigh03 = 0x3F3F3F00u, kHigh47 = 0x40404040u;
-  const uint32_t mag = w & 0x77777777u;
-  const uint32_t low_a = prmt(kLow03, kLow47, mag), high_a = prmt(kHigh03, kHigh47, mag);
-  const uint32_t low_b = prmt(kLow03, kLow47, mag >> 16), high_b = prmt(kHigh03, kHigh47, mag >> 16);
-  const uint32_t w4 = w << 4;
-  out[0] = prmt(low_a, high_a, 0x5140) | (prmt(w4, w, 0xC080) & 0x80008000u);
-  out[1] = prmt(low_a, high_a, 0x7362) | (prmt(w4, w, 0xD090) & 0x80008000u);
-  out[2] = prmt(low_b, high_b, 0x5140) | (prmt(w4, w, 0xE0A0) & 0x80008000u);
-  out[3] = prmt(low_b, high_b, 0x7362) | (prmt(w4, w, 0xF0B0) & 0x80008000u);
+// Eight E2M1 codes (value i in nibble i of w) as four FP16 pairs in the order (v0, v2),
+// (v4, v6), (v1, v3), (v5, v7): each code's sign and magnitude placed as the top bits of an
+// FP16, which makes the pair the values times 2^-14 (0.5 lands on a subnormal, which is right).
+// Multiplying by an E4M3 block scale in FP16 then stays exact: at most 6 significant bits, none
+// below 2^-24.
+__device__ __forceinline__ void e2m1x8_to_f16x2_permuted(uint32_t w, uint32_t out[4]) {
+  // FP16 high bytes (sign << 7 | magnitude << 1) of the even codes, then of the odd ones.
+  const uint32_t even = ((w << 1) & 0x0E0E0E0Eu) | ((w << 4) & 0x80808080u);
+  const uint32_t odd = ((w >> 3) & 0x0E0E0E0Eu) | (w & 0x80808080u);
+  out[0] = prmt(even, 0, 0x1404);  // values 0, 2
+  out[1] = prmt(even, 0, 0x3424);  // 4, 6
+  out[2] = prmt(odd, 0, 0x1404);   // 1, 3
+  out[3] = prmt(odd, 0, 0x3424);   // 5, 7
 }
 
-__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
-  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a),
-                                   *reinterpret_cast<const __nv_bfloat162*>(&b));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
+// Which of the eight values of e2m1x8_to_f16x2_permuted's group sits at position c.
+__device__ __forceinline__ constexpr int e2m1_permuted_value(int c) { return c < 4 ? 2 * c : 2 * (c - 4) + 1; }
 
 }  // namespace fp4::cuda::detail::tc

@@ -146,18 +146,39 @@ struct SplitPlan {
   int per = 1;  // blocks (dense) or selection slots (sparse) per split
 };
 
-// A function of shapes only (and the device), so a captured CUDA graph stays valid: the most
-// splits that still fit tokens x KV heads x splits CTAs into one wave of resident CTAs (at least
-// one split), then evened out so that no split is left without items. (Two waves of smaller
-// CTAs measured slower: each CTA pays a fixed cost for Q, the page list and its merge.)
+// A function of shapes only (and the device), so a captured CUDA graph stays valid. Splits
+// multiply the CTAs (tokens x KV heads x splits) that share the resident slots; the plan takes
+// the count that minimizes the time of the slowest slot, modelled as
+//   waves(s) x (items per split + 1)
+// where waves(s) = ceil(CTAs / slots) and the 1 stands for what a CTA pays besides its pages
+// (Q, the page list, the merge). At 512 CTAs on 396 slots this picks 2 splits (3 waves of half
+// the work) over 1 (2 full waves, the second a quarter busy); where one wave holds several
+// splits per (token, KV head), the most that fit one wave.
 SplitPlan plan_splits(const PagedAttentionParams& p, const PagedAttentionOptions& options,
                       const detail::AttentionArgs& a, detail::AttentionKernel kernel) {
   const int64_t items = p.selected != nullptr ? p.topk : p.ctx.max_blocks;
-  int64_t want = options.splits;
-  if (want <= 0) want = resident_ctas(a, kernel) / (p.ctx.tokens * p.kv_heads);
-  want = std::clamp<int64_t>(want, 1, std::min(items, kMaxGridYZ));
-  const int64_t per = (items + want - 1) / want;
-  return {static_cast<int>((items + per - 1) / per), static_cast<int>(per)};
+  const int64_t max_splits = std::min(items, kMaxGridYZ);
+  auto plan_for = [&](int64_t want) {
+    want = std::clamp<int64_t>(want, 1, max_splits);
+    const int64_t per = (items + want - 1) / want;
+    return SplitPlan{static_cast<int>((items + per - 1) / per), static_cast<int>(per)};
+  };
+  if (options.splits > 0) return plan_for(options.splits);
+  const int64_t units = p.ctx.tokens * p.kv_heads, slots = std::max<int64_t>(resident_ctas(a, kernel), 1);
+  SplitPlan best = plan_for(1);
+  int64_t best_cost = -1;
+  // Beyond 4 waves of the base grid more splits only add merge work.
+  const int64_t limit = std::min(max_splits, std::max<int64_t>(1, 4 * slots / units));
+  for (int64_t want = 1; want <= limit; ++want) {
+    const SplitPlan plan = plan_for(want);
+    const int64_t waves = (units * plan.splits + slots - 1) / slots;
+    const int64_t cost = waves * (plan.per + 1);
+    if (best_cost < 0 || cost < best_cost) {
+      best = plan;
+      best_cost = cost;
+    }
+  }
+  return best;
 }
 
 int64_t round_up(int64_t bytes) { return (bytes + 255) / 256 * 256; }

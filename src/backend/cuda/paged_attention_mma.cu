@@ -1,18 +1,21 @@
-// Paged attention, tensor-core kernel for BF16, FP8 and NVFP4 pages (mma.sync m16n8k16, BF16
-// in, FP32 accumulation). Design, bytes and numerics: docs/kernels/attention_decode.md.
+// Paged attention, tensor-core kernel for BF16, FP8 and NVFP4 pages (mma.sync m16n8k16, FP32
+// accumulation; BF16 operands for BF16 pages, FP16 for FP8 and NVFP4 pages). Design, bytes and
+// numerics: docs/kernels/attention_decode.md.
 //
 // One CTA of 4 warps per (token, KV head, split); the group's query heads are the MMA's 16 rows
 // (zero rows pad a smaller group). The CTA first resolves its split's blocks to pages (all at
 // once, so the block loop never waits on a selection or block-table load). Warp w takes keys
-// [16w, 16w + 16) and [64 + 16w, 80 + 16w) of every block: it stages them (K and V, BF16 without
+// [16w, 16w + 16) and [64 + 16w, 80 + 16w) of every block: it stages them (K and V, without
 // the per-layer scale) in its own shared-memory tile, so the block loop needs no CTA barrier,
 // with the next sub-tile's loads in flight while the current one computes; each warp keeps its
 // own online softmax, and the four warps' states are merged once at the end.
 //
-// Exactness: NVFP4 values (E2M1 x E4M3 block scale) and FP8 values (E4M3) are exact in BF16,
-// and BF16 pages are BF16; the per-layer scale (FP8 scale, NVFP4 global scale) multiplies the
-// FP32 scores and outputs instead. Q and P are FP32, split into BF16 hi + lo (two MMAs each),
-// which leaves a relative error of 2^-18 per product instead of BF16's 2^-9.
+// Exactness: BF16 pages are BF16; FP8 values (E4M3) and NVFP4 values (E2M1 x E4M3 block scale,
+// times 2^-14) are exact in FP16. The per-layer scale (FP8 scale, NVFP4 global scale) multiplies
+// the FP32 scores and outputs instead. Q and P are FP32, split into hi + lo of the tile's type
+// (two MMAs each): a relative error of 2^-18 per product with BF16, 2^-22 with FP16. For FP16,
+// each head of Q is first scaled by a power of two into [2^13, 2^14), and its scores divided by
+// it again in FP32; P (at most 1) keeps FP16's subnormal spacing, 2^-25 absolute per weight.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/paged_attention_device.cuh"
@@ -28,11 +31,35 @@ constexpr int kThreads = kAttentionThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRows = 16;  // query heads per CTA: the MMA's M
 constexpr int kSubTiles = kBlockTokens / (kWarps * kSub);
-// Resident CTAs per SM the register budget aims at: four where 128 registers hold everything;
-// at head_dim 128, FP8 and NVFP4 need more for the raw sub-tile in flight and its
-// dequantization (NVFP4: 3 CTAs, 168 registers; FP8: 2 CTAs, as it spills at 168).
+// Resident CTAs per SM the register budget aims at: four (128 registers). With the raw
+// sub-tiles in shared memory rather than registers, ptxas fits every variant without spilling
+// (NVFP4 and FP8 at head_dim 128: 127 and 123 registers). FP8 pages then fit three CTAs into
+// an SM's shared memory (60 KB each), NVFP4 pages four (55 KB).
 template <KvFormat F, int D>
-constexpr int kMinCtas = D < 128 || F == KvFormat::kBF16 ? 4 : F == KvFormat::kNVFP4 ? 3 : 2;
+constexpr int kMinCtas = 4;
+
+// The MMA in the tiles' type.
+template <bool kF16>
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kF16) mma_m16n8k16_f16(c, a, b0, b1);
+  else mma_m16n8k16(c, a, b0, b1);
+}
+
+template <bool kF16>
+__device__ __forceinline__ void split(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  if constexpr (kF16) split_f16(x0, x1, hi, lo);
+  else split_bf16(x0, x1, hi, lo);
+}
+
+// The power of two that brings a head of Q whose largest magnitude is m into [2^13, 2^14), so
+// its FP16 hi + lo split keeps 2^-22 of each value (1 for a zero or non-finite m; capped so it
+// stays finite for subnormal m).
+__device__ __forceinline__ float f16_range_factor(float m) {
+  if (!(m > 0.0f) || !isfinite(m)) return 1.0f;
+  int e;
+  frexpf(m, &e);  // m = f 2^e, f in [0.5, 1)
+  return ldexpf(1.0f, min(14 - e, 126));
+}
 
 constexpr int kItemBatch = 64;  // blocks (or selection slots) whose pages are resolved at once
 
@@ -48,41 +75,74 @@ __device__ __forceinline__ void resolve_item(const AttentionArgs& a, CtaWork w, 
 
 template <KvFormat F, int D>
 __global__ void __launch_bounds__(kThreads, kMinCtas<F, D>) attention_tensor_core(const AttentionArgs a) {
-  constexpr bool kBf16 = F == KvFormat::kBF16;
+  constexpr bool kBf16 = F == KvFormat::kBF16, kF16 = !kBf16;
   constexpr int P = D + 8;  // BF16 row pitch: the 8 rows of an ldmatrix hit distinct banks
   constexpr int kKSteps = D / 16, kNTiles = D / 8;
-  __shared__ __align__(16) uint16_t q_s[2][kRows * P];          // Q as BF16 hi and lo
-  __shared__ __align__(16) uint16_t kv_s[kWarps][2][kSub * P];  // per warp: K, V; then outputs
+  // Per warp: BF16 pages, a K and a V tile (filled by cp.async); FP8 and NVFP4 pages, one tile
+  // (K, then V) and the raw ring. After the block loop the outputs reuse the space.
+  constexpr int kTileBytes = kSub * P * 2;
+  constexpr int kRingBytes = kBf16 ? 0 : kRawStages<F> * RawSlot<F, D>::kBytes;
+  constexpr int kWarpBytes = (kBf16 ? 2 : 1) * kTileBytes + kRingBytes;
+  constexpr int kOutBytes = kWarps * kRows * P * 4;
+  __shared__ __align__(16) uint16_t q_s[2][kRows * P];  // Q as hi and lo
+  __shared__ __align__(16) uint8_t work_s[kWarps * kWarpBytes > kOutBytes ? kWarps * kWarpBytes : kOutBytes];
   __shared__ float ml_s[kWarps][kRows][2];
+  __shared__ float q_factor_s[kRows];
   __shared__ int64_t page_s[kItemBatch];
   __shared__ int keys_s[kItemBatch];
   __shared__ int bad_s;
-  static_assert(sizeof(kv_s) == kWarps * kRows * P * sizeof(float), "outputs reuse the tiles");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
   CtaWork w = cta_work(a);
 
-  for (int i = threadIdx.x; i < kRows * D / 4; i += kThreads) {
-    const int h = i / (D / 4), c = i % (D / 4);
-    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (h < a.group) x = __ldg(reinterpret_cast<const float4*>(a.q + out_row(a, w, h) * D) + c);
-    uint32_t hi[2], lo[2];
-    split_bf16(x.x, x.y, hi[0], lo[0]);
-    split_bf16(x.z, x.w, hi[1], lo[1]);
-    *reinterpret_cast<uint2*>(&q_s[0][h * P + 4 * c]) = make_uint2(hi[0], hi[1]);
-    *reinterpret_cast<uint2*>(&q_s[1][h * P + 4 * c]) = make_uint2(lo[0], lo[1]);
+  // Q as hi + lo in the tiles' type, its dimensions in the tiles' column order (kv_dim). FP16:
+  // each head first scaled by q_factor_s into range.
+  if constexpr (kF16) {
+    for (int h = warp; h < kRows; h += kWarps) {
+      float m = 0.0f;
+      if (h < a.group) {
+        for (int d = lane; d < D; d += 32) m = fmaxf(m, fabsf(__ldg(a.q + out_row(a, w, h) * D + d)));
+      }
+      m = warp_max(m);
+      if (lane == 0) q_factor_s[h] = f16_range_factor(m);
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < kRows * D / 8; i += kThreads) {
+    const int h = i / (D / 8), c = 8 * (i % (D / 8));
+    float x[8] = {};
+    if (h < a.group) {
+      const float4* row = reinterpret_cast<const float4*>(a.q + out_row(a, w, h) * D + c);
+      const float4 lo4 = __ldg(row), hi4 = __ldg(row + 1);
+      const float in[8] = {lo4.x, lo4.y, lo4.z, lo4.w, hi4.x, hi4.y, hi4.z, hi4.w};
+      const float factor = kF16 ? q_factor_s[h] : 1.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) x[e] = in[kv_dim<F>(e)] * factor;  // kv_dim permutes within 8
+    }
+    uint32_t hi[4], lo[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) split<kF16>(x[2 * e], x[2 * e + 1], hi[e], lo[e]);
+    *reinterpret_cast<uint4*>(&q_s[0][h * P + c]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    *reinterpret_cast<uint4*>(&q_s[1][h * P + c]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
   }
   if (threadIdx.x == 0) bad_s = w.bad ? 1 : 0;
 
-  uint16_t* k_s = kv_s[warp][0];
-  uint16_t* v_s = kv_s[warp][1];
+  uint16_t* k_s = reinterpret_cast<uint16_t*>(work_s + warp * kWarpBytes);
+  uint16_t* v_s = kBf16 ? k_s + kSub * P : k_s;
+  uint8_t* ring = work_s + warp * kWarpBytes + (kBf16 ? 2 : 1) * kTileBytes;
   // Fragment rows: this lane holds rows grp (r = 0) and grp + 8 (r = 1) of S, P and O.
   float o[kNTiles][4] = {};
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
-  const float kq = a.k_scale * a.score_scale;
+  // Each row's logit factor: the per-layer K scale and NVFP4's 2^14 put back, Q's range factor
+  // taken out (exact: powers of two).
+  float kq[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    kq[r] = a.k_scale * kTileScale<F> * a.score_scale;
+    if constexpr (kF16) kq[r] /= q_factor_s[grp + 8 * r];
+  }
   // ldmatrix: lane j gives row j % 8 of matrix j / 8.
   const int a_row = (lane / 8 % 2) * 8 + lane % 8, a_col = (lane / 16) * 8;  // Q, and V (trans)
   const int b_row = (lane / 16) * 8 + lane % 8, b_col = (lane / 8 % 2) * 8;  // K
-  RawSub<F, D> raw;
 
   for (int base = w.first; base < w.last; base += kItemBatch) {
     const int count = min(kItemBatch, w.last - base);
@@ -99,33 +159,57 @@ __global__ void __launch_bounds__(kThreads, kMinCtas<F, D>) attention_tensor_cor
         }
       } while (item < count && (page_s[item] < 0 || (sub * kWarps + warp) * kSub >= keys_s[item]));
     };
-    auto issue = [&](int item, int sub) {
-      const uint8_t* page = a.pool + page_s[item];
+    auto row0_of = [&](int item, int sub, int& valid) {
       const int key0 = (sub * kWarps + warp) * kSub;
-      const int row0 = w.g * kBlockTokens + key0, valid = min(kSub, keys_s[item] - key0);
-      if constexpr (kBf16) {
-        issue_bf16<D>(k_s, page + a.k_codes, row0, valid, lane);
-        issue_bf16<D>(v_s, page + a.v_codes, row0, valid, lane);
-      } else {
-        load_raw(raw, a, page, row0, valid, lane);
+      valid = min(kSub, keys_s[item] - key0);
+      return w.g * kBlockTokens + key0;
+    };
+    // FP8 / NVFP4: the fetch cursor runs kRawStages - 1 sub-tiles ahead; every step commits one
+    // group (empty past the end), so "all but the newest kRawStages - 2 groups" is the current
+    // sub-tile.
+    int fetch_item = 0, fetch_sub = -1, fetched = 0;
+    auto fetch = [&] {
+      if constexpr (!kBf16) {
+        if (fetch_item < count) {
+          int valid;
+          const int row0 = row0_of(fetch_item, fetch_sub, valid);
+          issue_raw<F, D>(ring + (fetched % kRawStages<F>) * RawSlot<F, D>::kBytes, a, a.pool + page_s[fetch_item],
+                          row0, valid, lane);
+          next(fetch_item, fetch_sub);
+        }
+        cp_async_commit();
+        ++fetched;
       }
     };
     int item = 0, sub = -1;
     next(item, sub);
-    if (item < count) issue(item, sub);
-    // Software pipeline: the next sub-tile's loads are in flight while this one computes.
-    // BF16: K of the next sub-tile is issued once this QK is done, V once this P.V is done
+    if constexpr (kBf16) {
+      if (item < count) {
+        int valid;
+        const int row0 = row0_of(item, sub, valid);
+        issue_bf16<D>(k_s, a.pool + page_s[item] + a.k_codes, row0, valid, lane);
+        issue_bf16<D>(v_s, a.pool + page_s[item] + a.v_codes, row0, valid, lane);
+      }
+    } else {
+      next(fetch_item, fetch_sub);
+      for (int i = 0; i < kRawStages<F> - 1; ++i) fetch();
+    }
+    // BF16: the next sub-tile's K is issued once this QK is done, V once this P.V is done
     // (commit groups complete in order, so wait_group 1 means "all but the newest").
-    while (item < count) {
+    for (int step = 0; item < count; ++step) {
       int next_item = item, next_sub = sub;
       next(next_item, next_sub);
       const bool more = next_item < count;
-      const int valid = min(kSub, keys_s[item] - (sub * kWarps + warp) * kSub);
+      int valid;
+      row0_of(item, sub, valid);
+      const uint8_t* slot = ring + (step % kRawStages<F>) * RawSlot<F, D>::kBytes;
       if constexpr (kBf16) {
         cp_async_wait<1>();
       } else {
-        land_raw(raw, k_s, v_s, lane);
-        if (more) issue(next_item, next_sub);
+        cp_async_wait<kRawStages<F> - 2>();
+        __syncwarp();  // every lane's copies have landed; the previous step's slot is read
+        fetch();
+        land_plane<F, D>(slot, k_s, valid, lane);
       }
       __syncwarp();
 
@@ -136,18 +220,20 @@ __global__ void __launch_bounds__(kThreads, kMinCtas<F, D>) attention_tensor_cor
         ldmatrix_x4(qh, &q_s[0][a_row * P + ks * 16 + a_col]);
         ldmatrix_x4(ql, &q_s[1][a_row * P + ks * 16 + a_col]);
         ldmatrix_x4(kb, &k_s[b_row * P + ks * 16 + b_col]);
-        mma_m16n8k16(s[0], qh, kb[0], kb[1]);
-        mma_m16n8k16(s[0], ql, kb[0], kb[1]);
-        mma_m16n8k16(s[1], qh, kb[2], kb[3]);
-        mma_m16n8k16(s[1], ql, kb[2], kb[3]);
+        mma<kF16>(s[0], qh, kb[0], kb[1]);
+        mma<kF16>(s[0], ql, kb[0], kb[1]);
+        mma<kF16>(s[1], qh, kb[2], kb[3]);
+        mma<kF16>(s[1], ql, kb[2], kb[3]);
       }
+      __syncwarp();  // every lane's reads of k_s are done
       if constexpr (kBf16) {
         if (more) {
-          __syncwarp();  // every lane's reads of k_s are done
-          const int key0 = (next_sub * kWarps + warp) * kSub;
-          issue_bf16<D>(k_s, a.pool + page_s[next_item] + a.k_codes, w.g * kBlockTokens + key0,
-                        min(kSub, keys_s[next_item] - key0), lane);
+          int next_valid;
+          const int row0 = row0_of(next_item, next_sub, next_valid);
+          issue_bf16<D>(k_s, a.pool + page_s[next_item] + a.k_codes, row0, next_valid, lane);
         }
+      } else {
+        land_plane<F, D>(slot + RawSlot<F, D>::kPlane, v_s, valid, lane);
       }
 
       uint32_t ph[4], pl[4];  // P as the A fragment of one 16-key step
@@ -158,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas<F, D>) attention_tensor_cor
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = (e / 2) * 8 + 2 * tig + e % 2;
-          x[e] = key < valid ? s[e / 2][2 * r + e % 2] * kq : neg_inf();
+          x[e] = key < valid ? s[e / 2][2 * r + e % 2] * kq[r] : neg_inf();
         }
         float top = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
         top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
@@ -170,8 +256,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtas<F, D>) attention_tensor_cor
 #pragma unroll
         for (int e = 0; e < 4; ++e) p[e] = weight(x[e], m_new);
         l[r] = l[r] * alpha[r] + ((p[0] + p[1]) + (p[2] + p[3]));  // this lane's share of the row
-        split_bf16(p[0], p[1], ph[r], pl[r]);
-        split_bf16(p[2], p[3], ph[2 + r], pl[2 + r]);
+        split<kF16>(p[0], p[1], ph[r], pl[r]);
+        split<kF16>(p[2], p[3], ph[2 + r], pl[2 + r]);
       }
       // Once the row maxima settle, most sub-tiles rescale by exactly 1: skip those multiplies.
       if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
@@ -186,29 +272,30 @@ __global__ void __launch_bounds__(kThreads, kMinCtas<F, D>) attention_tensor_cor
       if constexpr (kBf16) {
         if (more) cp_async_wait<1>();
         else cp_async_wait<0>();
-        __syncwarp();
       }
+      __syncwarp();  // V is in the tile
 
 #pragma unroll
       for (int t = 0; t < kNTiles; t += 2) {
         uint32_t vb[4];
         ldmatrix_x4_trans(vb, &v_s[a_row * P + t * 8 + a_col]);
-        mma_m16n8k16(o[t], ph, vb[0], vb[1]);
-        mma_m16n8k16(o[t], pl, vb[0], vb[1]);
-        mma_m16n8k16(o[t + 1], ph, vb[2], vb[3]);
-        mma_m16n8k16(o[t + 1], pl, vb[2], vb[3]);
+        mma<kF16>(o[t], ph, vb[0], vb[1]);
+        mma<kF16>(o[t], pl, vb[0], vb[1]);
+        mma<kF16>(o[t + 1], ph, vb[2], vb[3]);
+        mma<kF16>(o[t + 1], pl, vb[2], vb[3]);
       }
       __syncwarp();  // every lane's reads of v_s are done
       if constexpr (kBf16) {
         if (more) {
-          const int key0 = (next_sub * kWarps + warp) * kSub;
-          issue_bf16<D>(v_s, a.pool + page_s[next_item] + a.v_codes, w.g * kBlockTokens + key0,
-                        min(kSub, keys_s[next_item] - key0), lane);
+          int next_valid;
+          const int row0 = row0_of(next_item, next_sub, next_valid);
+          issue_bf16<D>(v_s, a.pool + page_s[next_item] + a.v_codes, row0, next_valid, lane);
         }
       }
       item = next_item;
       sub = next_sub;
     }
+    if constexpr (!kBf16) cp_async_wait<0>();  // the empty groups past the end
   }
 
   // Merge the four warps' softmax states: out = sum_w 2^(m_w - M) O_w / sum_w 2^(m_w - M) l_w.
@@ -219,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas<F, D>) attention_tensor_cor
   }
   __syncthreads();  // every warp is done with its tiles; bad_s is final
   w.bad = bad_s != 0;
-  float* o_s = reinterpret_cast<float*>(&kv_s[0][0][0]);  // [kWarps][kRows][P]
+  float* o_s = reinterpret_cast<float*>(work_s);  // [kWarps][kRows][P]
 #pragma unroll
   for (int t = 0; t < kNTiles; ++t) {
 #pragma unroll
@@ -249,8 +336,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtas<F, D>) attention_tensor_cor
       sum = fmaf(ml_s[v][h][1], f, sum);
       acc = fmaf(o_s[(v * kRows + h) * P + d], f, acc);
     }
-    const RowEnd end = row_end(a, w, top, sum, a.v_scale);
-    out_ptr(a, w, h)[d] = acc * end.scale;
+    const RowEnd end = row_end(a, w, top, sum, a.v_scale * kTileScale<F>);
+    out_ptr(a, w, h)[kv_dim<F>(d)] = acc * end.scale;
     if (d == 0) store_lse(a, w, h, end.lse);
   }
 }

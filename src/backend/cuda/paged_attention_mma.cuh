@@ -1,6 +1,6 @@
-// Device helpers of the tensor-core paged attention kernel (paged_attention_mma.cu): the staging of 16-row
-// K/V sub-tiles into BF16 shared-memory tiles (by cp.async for BF16 pages, through registers
-// with on-the-fly dequantization for FP8 and NVFP4 pages).
+// Device helpers of the tensor-core paged attention kernel (paged_attention_mma.cu): the staging
+// of 16-row K/V sub-tiles into 16-bit shared-memory tiles (BF16 pages by cp.async; FP8 and NVFP4
+// pages through registers, dequantized on the fly into FP16).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,96 +8,131 @@
 
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/paged_attention_launch.h"
-#include "formats/minifloat.h"
 
 namespace fp4::cuda::detail::tc {
 
 constexpr int kSub = 16;  // keys per warp sub-tile: the MMA's K for P.V
 
-// FP8 and NVFP4 sub-tiles pass through registers: 16 rows of K and V, 16-byte vectors of 16
-// (FP8) or 32 (NVFP4, with their two block-scale bytes) values; vector i of a region is piece
-// i % kVecsPerRow of row i / kVecsPerRow, so a warp reads whole rows.
+// FP8 and NVFP4 sub-tiles come through a per-warp ring of raw slots in shared memory, filled by
+// cp.async kRawStages - 1 sub-tiles ahead of the one being computed, so that a warp keeps
+// several sub-tiles' bytes in flight without holding them in registers. A slot holds rows
+// [row0, row0 + 16) of K, then of V, as the page stores them: codes, then (NVFP4) block scales;
+// each region of a sub-tile is contiguous in the page.
 template <KvFormat F, int D>
-struct RawSub {
+struct RawSlot {
   static constexpr bool kFp4 = F == KvFormat::kNVFP4;
-  static constexpr int kValues = kFp4 ? 32 : 16;
+  static constexpr int kRowBytes = kFp4 ? D / 2 : D;
+  static constexpr int kScaleRowBytes = kFp4 ? D / 16 : 0;
+  static constexpr int kCodes = kSub * kRowBytes, kScales = kSub * kScaleRowBytes;
+  static constexpr int kPlane = kCodes + kScales;
+  static constexpr int kBytes = 2 * kPlane;         // K, then V
+  static constexpr int kValues = kFp4 ? 32 : 16;    // values of one 16-byte vector of codes
   static constexpr int kVecsPerRow = D / kValues;
   static constexpr int kVecs = kSub * kVecsPerRow;
-  static constexpr int kPer = (kVecs + 31) / 32;
-  static constexpr int kRowBytes = kFp4 ? D / 2 : D;
-  static_assert(kRowBytes * (kFp4 ? 2 : 1) == D, "codes of one row");
-  uint4 v[2][kPer];  // [K, V]
-  uint32_t scales[2][kPer];
+  static_assert(kCodes % 16 == 0 && kScales % 16 == 0, "regions of whole 16-byte chunks");
+  static_assert(kVecsPerRow <= 8, "a row of at most eight 16-byte chunks");
+  // land_plane's lanes take (key = lane % 16, piece = lane / 16 + 2j), so the 8 lanes of one
+  // shared-memory phase read piece p of keys 8q .. 8q + 7. Chunk (key, p) sits at position
+  // p ^ swizzle(key) of its row, which puts those 8 chunks in 8 distinct groups of 4 banks.
+  static __device__ __forceinline__ int chunk(int key, int piece) {
+    return key * kVecsPerRow + (piece ^ (key / (8 / kVecsPerRow) % kVecsPerRow));
+  }
 };
 
-// Issues the loads of rows [row0, row0 + 16) of K and V; rows at or past `valid` stay zero
-// (their bytes may be unwritten slots).
+// Slots per warp: three for NVFP4 (2.3 KB each at head_dim 128, so four CTAs still fit an SM's
+// shared memory), two for FP8 (4 KB each).
+template <KvFormat F>
+constexpr int kRawStages = F == KvFormat::kNVFP4 ? 3 : 2;
+
+// Issues the copies of rows [row0, row0 + 16) of K and V into `slot` (not committed). Chunks
+// whose first row is at or past `valid` are zero-filled; land_plane<..., true> zeroes every
+// such row.
 template <KvFormat F, int D>
-__device__ __forceinline__ void load_raw(RawSub<F, D>& r, const AttentionArgs& a,
-                                         const uint8_t* page, int row0, int valid, int lane) {
-  using R = RawSub<F, D>;
+__device__ __forceinline__ void issue_raw(uint8_t* slot, const AttentionArgs& a, const uint8_t* page,
+                                          int row0, int valid, int lane) {
+  using R = RawSlot<F, D>;
 #pragma unroll
-  for (int j = 0; j < R::kPer; ++j) {
-    const int i = lane + 32 * j, key = i / R::kVecsPerRow, piece = i % R::kVecsPerRow;
-    const bool live = i < R::kVecs && key < valid;
-    const int64_t row = row0 + key;
+  for (int kv = 0; kv < 2; ++kv) {
+    const uint8_t* codes = page + (kv == 0 ? a.k_codes : a.v_codes) + int64_t{row0} * R::kRowBytes;
+    uint8_t* dst = slot + kv * R::kPlane;
 #pragma unroll
-    for (int kv = 0; kv < 2; ++kv) {
-      const int64_t codes = kv == 0 ? a.k_codes : a.v_codes;
-      r.v[kv][j] = live ? __ldg(reinterpret_cast<const uint4*>(page + codes + row * R::kRowBytes) + piece)
-                        : make_uint4(0, 0, 0, 0);
-      r.scales[kv][j] = 0;
-      if (R::kFp4 && live) {
-        const int64_t block_scales = kv == 0 ? a.k_scales : a.v_scales;
-        r.scales[kv][j] = __ldg(reinterpret_cast<const unsigned short*>(
-                                    page + block_scales + row * (D / 16)) + piece);
+    for (int c = lane; c < R::kCodes / 16; c += 32) {
+      const int row = c / R::kVecsPerRow;
+      cp_async16(dst + 16 * R::chunk(row, c % R::kVecsPerRow), codes + 16 * c, row < valid);
+    }
+    if constexpr (R::kFp4) {
+      const uint8_t* scales = page + (kv == 0 ? a.k_scales : a.v_scales) + int64_t{row0} * R::kScaleRowBytes;
+#pragma unroll
+      for (int c = lane; c < R::kScales / 16; c += 32) {
+        cp_async16(dst + R::kCodes + 16 * c, scales + 16 * c, 16 * c / R::kScaleRowBytes < valid);
       }
     }
   }
 }
 
-// Dequantizes the loaded sub-tile into the warp's K and V tiles as BF16 without the per-layer
-// scale (exact: E4M3, and E2M1 x E4M3, fit BF16).
-template <KvFormat F, int D>
-__device__ __forceinline__ void land_raw(const RawSub<F, D>& r, uint16_t* k_s, uint16_t* v_s,
-                                         int lane) {
-  using R = RawSub<F, D>;
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// FP8 and NVFP4 tiles hold FP16, exactly: E4M3 codes through the hardware conversion, E2M1
+// codes as their value times 2^-14 (e2m1x8_to_f16x2_permuted) times the E4M3 block scale. The
+// per-layer scale (and NVFP4's 2^14) is left to the FP32 scores and outputs. NVFP4 rows hold
+// each group of 8 values in e2m1x8_to_f16x2_permuted's order; kv_dim maps a tile column back
+// to its dimension.
+template <KvFormat F>
+__device__ __forceinline__ constexpr int kv_dim(int column) {
+  if constexpr (F == KvFormat::kNVFP4) return (column & ~7) + e2m1_permuted_value(column & 7);
+  return column;
+}
+
+// The factor the FP16 tiles leave out of K and V besides the per-layer scale.
+template <KvFormat F>
+constexpr float kTileScale = F == KvFormat::kNVFP4 ? 16384.0f : 1.0f;
+
+// Dequantizes one plane (K or V) of a landed raw slot into the warp's tile (see above); with
+// kPartial (a sub-tile with fewer than 16 visible keys), rows at or past `valid` become zeros
+// (their bytes may be unwritten slots, even NaN codes). Lane
+// (key, piece) writes 16 or 32 values of row `key`: with the rows' pitch of D + 8, the 8 lanes
+// of a phase hit distinct bank groups.
+template <KvFormat F, int D, bool kPartial>
+__device__ __forceinline__ void land_plane(const uint8_t* plane, uint16_t* tile, int valid, int lane) {
+  using R = RawSlot<F, D>;
   constexpr int P = D + 8;
+  const int key = lane % 16;
 #pragma unroll
-  for (int j = 0; j < R::kPer; ++j) {
-    const int i = lane + 32 * j, key = i / R::kVecsPerRow, piece = i % R::kVecsPerRow;
-    if (i >= R::kVecs) break;
+  for (int j = 0; j < (R::kVecsPerRow + 1) / 2; ++j) {
+    const int piece = lane / 16 + 2 * j;
+    if (piece >= R::kVecsPerRow) break;  // NVFP4 at head_dim 32: one piece per row
+    const uint4 v = *reinterpret_cast<const uint4*>(plane + 16 * R::chunk(key, piece));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    uint32_t x[R::kValues / 2];
+    if constexpr (R::kFp4) {
+      // The two blocks' scales, low byte first.
+      const uint32_t sf2 = e4m3x2_to_f16x2(
+          *reinterpret_cast<const uint16_t*>(plane + R::kCodes + key * R::kScaleRowBytes + 2 * piece));
 #pragma unroll
-    for (int kv = 0; kv < 2; ++kv) {
-      const uint32_t w[4] = {r.v[kv][j].x, r.v[kv][j].y, r.v[kv][j].z, r.v[kv][j].w};
-      uint32_t x[R::kValues / 2];
-      if constexpr (R::kFp4) {
+      for (int h = 0; h < 4; ++h) {  // words 0, 1: block 0; words 2, 3: block 1
+        const uint32_t sf = prmt(sf2, 0, h < 2 ? 0x1010 : 0x3232);
+        e2m1x8_to_f16x2_permuted(w[h], &x[4 * h]);
 #pragma unroll
-        for (int b = 0; b < 2; ++b) {  // words 2b, 2b + 1 are one 16-value block
-          const float sf = e4m3_decode(static_cast<uint8_t>(r.scales[kv][j] >> (8 * b)));
-          const uint32_t sf2 = pack_bf16(sf, sf);  // exact: E4M3 fits BF16
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            e2m1x8_to_bf16x2(w[2 * b + h], &x[8 * b + 4 * h]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) x[8 * b + 4 * h + e] = mul_bf16x2(x[8 * b + 4 * h + e], sf2);
-          }
-        }
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const uint32_t word = w[e / 2] >> (16 * (e % 2));
-          x[e] = pack_bf16(e4m3_decode(static_cast<uint8_t>(word)),
-                           e4m3_decode(static_cast<uint8_t>(word >> 8)));
-        }
+        for (int e = 0; e < 4; ++e) x[4 * h + e] = mul_f16x2(x[4 * h + e], sf);
       }
-      uint4* dst = reinterpret_cast<uint4*>((kv == 0 ? k_s : v_s) + key * P + piece * R::kValues);
+    } else {
 #pragma unroll
-      for (int e = 0; e < R::kValues / 8; ++e) {
-        dst[e] = make_uint4(x[4 * e], x[4 * e + 1], x[4 * e + 2], x[4 * e + 3]);
-      }
+      for (int e = 0; e < 8; ++e) x[e] = e4m3x2_to_f16x2(w[e / 2] >> (16 * (e % 2)));
     }
+    if (kPartial && key >= valid) {
+#pragma unroll
+      for (int e = 0; e < R::kValues / 2; ++e) x[e] = 0;
+    }
+    uint4* dst = reinterpret_cast<uint4*>(tile + key * P + piece * R::kValues);
+#pragma unroll
+    for (int e = 0; e < R::kValues / 8; ++e) dst[e] = make_uint4(x[4 * e], x[4 * e + 1], x[4 * e + 2], x[4 * e + 3]);
   }
+}
+
+template <KvFormat F, int D>
+__device__ __forceinline__ void land_plane(const uint8_t* plane, uint16_t* tile, int valid, int lane) {
+  if (valid == kSub) land_plane<F, D, false>(plane, tile, valid, lane);  // warp-uniform
+  else land_plane<F, D, true>(plane, tile, valid, lane);
 }
 
 // BF16 pages need no dequantization: rows [row0, row0 + 16) of one region go straight to a
@@ -112,7 +147,7 @@ __device__ __forceinline__ void issue_bf16(uint16_t* tile, const uint8_t* region
     cp_async16(tile + key * P + piece * 8, region + (row0 + key) * int64_t{2 * D} + piece * 16,
                key < valid);
   }
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  cp_async_commit();
 }
 
 template <int N>
