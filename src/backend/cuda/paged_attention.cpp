@@ -148,12 +148,13 @@ struct SplitPlan {
 
 // A function of shapes only (and the device), so a captured CUDA graph stays valid. Splits
 // multiply the CTAs (tokens x KV heads x splits) that share the resident slots; the plan takes
-// the count that minimizes the time of the slowest slot, modelled as
-//   waves(s) x (items per split + 1)
-// where waves(s) = ceil(CTAs / slots) and the 1 stands for what a CTA pays besides its pages
-// (Q, the page list, the merge). At 512 CTAs on 396 slots this picks 2 splits (3 waves of half
-// the work) over 1 (2 full waves, the second a quarter busy); where one wave holds several
-// splits per (token, KV head), the most that fit one wave.
+// the count that minimizes, in pages,
+//   waves(s) x (items per split + 1) + s / 4
+// where waves(s) = ceil(CTAs / slots), the 1 stands for what a CTA pays besides its pages (Q,
+// the page list, the merge of its warps) and s / 4 for the split merge. At 512 CTAs on 396 slots
+// this picks 2 splits (3 waves of half the work) over 1 (2 full waves, the second a quarter
+// busy); at 32 (token, KV head) pairs of 16 selected pages, 8 splits of 2 pages rather than 16
+// of one (NVFP4 pages on an H200: 30.0 us against 33.5).
 SplitPlan plan_splits(const PagedAttentionParams& p, const PagedAttentionOptions& options,
                       const detail::AttentionArgs& a, detail::AttentionKernel kernel) {
   const int64_t items = p.selected != nullptr ? p.topk : p.ctx.max_blocks;
@@ -172,7 +173,7 @@ SplitPlan plan_splits(const PagedAttentionParams& p, const PagedAttentionOptions
   for (int64_t want = 1; want <= limit; ++want) {
     const SplitPlan plan = plan_for(want);
     const int64_t waves = (units * plan.splits + slots - 1) / slots;
-    const int64_t cost = waves * (plan.per + 1);
+    const int64_t cost = 4 * waves * (plan.per + 1) + plan.splits;  // in quarter pages
     if (best_cost < 0 || cost < best_cost) {
       best = plan;
       best_cost = cost;
