@@ -174,6 +174,24 @@ struct PagedAttentionParams {
   int64_t topk = 0;
 };
 
+// Routed experts' matmul over NVFP4 weights with BF16 activations (W4A16): rows
+// [row_offsets[e], row_offsets[e + 1]) of x are the tokens routed to expert e (grouped by
+// expert, offsets non-decreasing from 0), and for each such row r
+//   y[r, j] = g_e * sum_i x[r, i] * (e2m1(W_e[j, i]) * sf_e[j, i / 16])
+// with expert e's weight [n, k] in formats/nvfp4.h's layout at values + e * n * k / 2 (codes,
+// two per byte, even i in the low nibble) and scales + e * n * k / 16 (E4M3 block scales), and
+// its global scale g_e = global_scales[e]. Each product e2m1 x sf is exact in BF16, each x * w
+// exact in FP32; the sum is FP32 (the CPU's in double, rounded once), then times g_e.
+struct ExpertGemmParams {
+  const uint16_t* x = nullptr;            // [rows, k] BF16 bits
+  const int32_t* row_offsets = nullptr;   // [experts + 1]
+  const uint8_t* values = nullptr;        // [experts, n, k / 2]
+  const uint8_t* scales = nullptr;        // [experts, n, k / 16]
+  const float* global_scales = nullptr;   // [experts]
+  float* y = nullptr;                     // [rows, n]
+  int64_t rows = 0, experts = 0, n = 0, k = 0;
+};
+
 // MoE routing: s = sigmoid(logits); the top_k experts by s + bias (bias may be null; ties to the
 // lower expert id) are chosen, in descending order of s + bias, with weights s / sum(s chosen).
 struct RouterParams {

@@ -125,7 +125,8 @@ void ModelRunner::attention(int64_t layer_index, const StepBatch& b,
       .k = {k.data(), c.num_kv_heads * c.head_dim, norm_weight(w.k_norm)},
       .v = {v.data(), c.num_kv_heads * c.head_dim, nullptr},
       .q_heads = c.num_heads, .kv_heads = c.num_kv_heads, .head_dim = c.head_dim,
-      .eps = eps, .gemma = c.gemma_norm, .rotary_dim = c.rotary_dim, .theta = c.rope_theta,
+      .index_q = {}, .index_k = {}, .eps = eps, .gemma = c.gemma_norm, .rotary_dim = c.rotary_dim,
+      .theta = c.rope_theta,
       .kv_layout = &cache.kv, .kv_pool = cache.kv_pages.data(), .kv_scales = cache.kv_scales,
       .num_pages = cache_.num_pages(), .q_out = q.data()};
   std::vector<float> iq_out;

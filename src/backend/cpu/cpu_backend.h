@@ -15,6 +15,7 @@ void gated_activation(const GatedActivationParams& p);
 void router(const RouterParams& p);
 void cache_insert(const CacheInsertParams& p);
 void pre_attention(const PreAttentionParams& p);
+void expert_gemm(const ExpertGemmParams& p);
 void indexer_topk(const IndexerTopkParams& p);
 void paged_attention(const PagedAttentionParams& p);
 

@@ -1,5 +1,6 @@
 // Tensor-core building blocks shared by the CUDA kernels: mma.sync and ldmatrix wrappers,
-// cp.async, FP32 -> BF16 / FP16 hi/lo splitting and the exact E4M3 and E2M1 -> FP16 expansions.
+// cp.async, FP32 -> BF16 / FP16 hi/lo splitting and the exact E4M3 and E2M1 expansions (FP16
+// for the attention and indexer tiles, BF16 for the expert weights).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -115,5 +116,28 @@ __device__ __forceinline__ void e2m1x8_to_f16x2_permuted(uint32_t w, uint32_t ou
 
 // Which of the eight values of e2m1x8_to_f16x2_permuted's group sits at position c.
 __device__ __forceinline__ constexpr int e2m1_permuted_value(int c) { return c < 4 ? 2 * c : 2 * (c - 4) + 1; }
+
+// Eight E2M1 codes (value 2i in the low nibble of byte i) as four BF16 pairs, (v0, v1) first.
+// The magnitudes come from byte tables indexed by prmt: low and high bytes of the BF16 bits of
+// 0, .5, 1, 1.5, 2, 3, 4, 6. The signs come from prmt's sign-replicate mode: byte k of w << 4
+// has value 2k's sign as its top bit, byte k of w value 2k+1's.
+__device__ __forceinline__ void e2m1x8_to_bf16x2(uint32_t w, uint32_t out[4]) {
+  constexpr uint32_t kLow03 = 0xC0800000u, kLow47 = 0xC0804000u;
+  constexpr uint32_t kHigh03 = 0x3F3F3F00u, kHigh47 = 0x40404040u;
+  const uint32_t mag = w & 0x77777777u;
+  const uint32_t low_a = prmt(kLow03, kLow47, mag), high_a = prmt(kHigh03, kHigh47, mag);
+  const uint32_t low_b = prmt(kLow03, kLow47, mag >> 16), high_b = prmt(kHigh03, kHigh47, mag >> 16);
+  const uint32_t w4 = w << 4;
+  out[0] = prmt(low_a, high_a, 0x5140) | (prmt(w4, w, 0xC080) & 0x80008000u);
+  out[1] = prmt(low_a, high_a, 0x7362) | (prmt(w4, w, 0xD090) & 0x80008000u);
+  out[2] = prmt(low_b, high_b, 0x5140) | (prmt(w4, w, 0xE0A0) & 0x80008000u);
+  out[3] = prmt(low_b, high_b, 0x7362) | (prmt(w4, w, 0xF0B0) & 0x80008000u);
+}
+
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a),
+                                   *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
 
 }  // namespace fp4::cuda::detail::tc

@@ -1,0 +1,44 @@
+// The routed experts' NVFP4 matmul on the CPU: the reference the GPU's grouped GEMM is held to,
+// written for clarity (each output a double sum of exact products).
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/check.h"
+#include "core/thread_pool.h"
+#include "formats/minifloat.h"
+#include "formats/nvfp4.h"
+
+namespace fp4::cpu {
+
+void expert_gemm(const ExpertGemmParams& p) {
+  FP4_CHECK(p.experts > 0 && p.n > 0 && p.k > 0 && p.k % kNvfp4BlockElems == 0,
+            "expert_gemm: {} experts of [{}, {}] (k a multiple of 16)", p.experts, p.n, p.k);
+  FP4_CHECK(p.row_offsets[0] == 0 && p.row_offsets[p.experts] == p.rows,
+            "expert_gemm: row offsets run from {} to {}, the rows are {}", p.row_offsets[0],
+            p.row_offsets[p.experts], p.rows);
+  for (int64_t e = 0; e < p.experts; ++e) {
+    FP4_CHECK(p.row_offsets[e] <= p.row_offsets[e + 1], "expert_gemm: row offsets decrease at expert {}", e);
+  }
+  parallel_for_cost(p.experts * p.n, 4 * (p.rows / p.experts + 1) * p.k, [&](int64_t i0, int64_t i1) {
+    std::vector<float> w(static_cast<size_t>(p.k));
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t e = i / p.n, j = i % p.n;
+      if (p.row_offsets[e] == p.row_offsets[e + 1]) continue;
+      const uint8_t* codes = p.values + (e * p.n + j) * (p.k / 2);
+      const uint8_t* sf = p.scales + (e * p.n + j) * (p.k / kNvfp4BlockElems);
+      for (int64_t c = 0; c < p.k; ++c) {
+        const uint8_t code = (codes[c / 2] >> (4 * (c % 2))) & 0xF;
+        w[c] = e2m1_decode(code) * e4m3_decode(sf[c / kNvfp4BlockElems]);  // exact
+      }
+      for (int64_t r = p.row_offsets[e]; r < p.row_offsets[e + 1]; ++r) {
+        const uint16_t* x = p.x + r * p.k;
+        double acc = 0.0;
+        for (int64_t c = 0; c < p.k; ++c) acc += static_cast<double>(bf16_decode(x[c])) * w[c];
+        p.y[r * p.n + j] = static_cast<float>(acc) * p.global_scales[e];
+      }
+    }
+  });
+}
+
+}  // namespace fp4::cpu

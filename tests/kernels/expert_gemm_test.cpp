@@ -1,0 +1,138 @@
+// The NVFP4 expert matmul on the GPU against fp4::cpu::expert_gemm on the same weights and
+// activations: experts with no token, one, a partial MMA tile, whole tiles and more than one
+// pass of 32 tokens; random codes (all 16, NaN-free by construction), E4M3 block scales over
+// the normal and subnormal range and zero, random global scales; outputs poisoned first.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/expert_gemm.h"
+#include "formats/minifloat.h"
+#include "tests/support/random.h"
+
+namespace fp4 {
+namespace {
+
+struct Weights {
+  std::vector<uint8_t> values, scales;
+  std::vector<float> global;
+};
+
+// Scale codes up to 0x5F (E4M3 30): the products stay far from BF16's and FP32's limits.
+// `exact`: scale 1 or 2 and global scale 1, so that every sum below is an exact float.
+Weights random_weights(int64_t experts, int64_t n, int64_t k, bool exact, std::mt19937_64& rng) {
+  Weights w;
+  w.values.resize(experts * n * k / 2);
+  w.scales.resize(experts * n * k / 16);
+  std::uniform_int_distribution<int> byte(0, 255), scale_code(0, 0x5F), coin(0, 1);
+  std::uniform_real_distribution<float> log2_g(-4.0f, 4.0f);
+  for (auto& v : w.values) v = static_cast<uint8_t>(byte(rng));
+  for (auto& s : w.scales) s = exact ? (coin(rng) ? 0x38 : 0x40) : static_cast<uint8_t>(scale_code(rng));
+  for (int64_t e = 0; e < experts; ++e) w.global.push_back(exact ? 1.0f : std::exp2(log2_g(rng)));
+  return w;
+}
+
+std::vector<uint16_t> random_x(int64_t rows, int64_t k, bool exact, std::mt19937_64& rng) {
+  std::vector<uint16_t> x(rows * k);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> small(-8, 8);
+  std::uniform_real_distribution<float> log2_scale(-6.0f, 6.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale = std::exp2(log2_scale(rng));  // rows of different magnitudes
+    for (int64_t i = 0; i < k; ++i) {
+      x[r * k + i] = bf16_encode(exact ? static_cast<float>(small(rng)) : normal(rng) * scale);
+    }
+  }
+  return x;
+}
+
+template <typename T>
+cuda::DeviceBuffer upload(const std::vector<T>& v) {
+  cuda::DeviceBuffer d(std::max<size_t>(v.size(), 1) * sizeof(T));
+  if (!v.empty()) d.upload(v.data(), v.size() * sizeof(T));
+  return d;
+}
+
+void run_case(const std::vector<int32_t>& rows_per_expert, int64_t n, int64_t k, bool exact, std::mt19937_64& rng) {
+  const int64_t experts = static_cast<int64_t>(rows_per_expert.size());
+  SCOPED_TRACE(::testing::Message() << experts << " experts of [" << n << ", " << k << "]" << (exact ? ", exact" : ""));
+  std::vector<int32_t> offsets(experts + 1, 0);
+  std::partial_sum(rows_per_expert.begin(), rows_per_expert.end(), offsets.begin() + 1);
+  const int64_t rows = offsets.back();
+  const Weights w = random_weights(experts, n, k, exact, rng);
+  const auto x = random_x(rows, k, exact, rng);
+  std::vector<float> want(rows * n);
+  ExpertGemmParams c{.x = x.data(), .row_offsets = offsets.data(), .values = w.values.data(),
+                     .scales = w.scales.data(), .global_scales = w.global.data(), .y = want.data(),
+                     .rows = rows, .experts = experts, .n = n, .k = k};
+  cpu::expert_gemm(c);
+
+  const auto d_x = upload(x), d_off = upload(offsets), d_values = upload(w.values), d_scales = upload(w.scales),
+             d_global = upload(w.global);
+  cuda::DeviceBuffer d_y(std::max<int64_t>(rows * n, 1) * 4);
+  d_y.fill(0xFF);  // NaN: a row or feature left unwritten fails
+  ExpertGemmParams d = c;
+  d.x = d_x.as<uint16_t>();
+  d.row_offsets = d_off.as<int32_t>();
+  d.values = d_values.as<uint8_t>();
+  d.scales = d_scales.as<uint8_t>();
+  d.global_scales = d_global.as<float>();
+  d.y = d_y.as<float>();
+  cuda::expert_gemm(d, nullptr);
+  FP4_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> got(rows * n);
+  d_y.download(got.data(), got.size() * 4);
+
+  constexpr double u = 0x1p-24;
+  for (int64_t e = 0; e < experts; ++e) {
+    for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+      for (int64_t j = 0; j < n; ++j) {
+        // Bound: every product x * w is exact in FP32 (BF16 x BF16), so only the sums round.
+        // The MMA accumulates k products in FP32, each addition off by at most 2 u of the
+        // running magnitude (the adder may truncate), itself at most S = sum |x w|; the CPU's
+        // double sum is exact to 2^-53 k S and rounds once to float (u S). Both multiply by g
+        // once (u each). So |got - want| <= g S (2k + 4) u. Exact inputs: 0.
+        double s = 0.0;
+        const uint8_t* codes = w.values.data() + (e * n + j) * (k / 2);
+        const uint8_t* sf = w.scales.data() + (e * n + j) * (k / 16);
+        for (int64_t i = 0; i < k; ++i) {
+          const double wv = e2m1_decode((codes[i / 2] >> (4 * (i % 2))) & 0xF) * e4m3_decode(sf[i / 16]);
+          s += std::abs(bf16_decode(x[r * k + i]) * wv);
+        }
+        const double tol = exact ? 0.0 : w.global[e] * s * (2.0 * k + 4) * u;
+        const float gv = got[r * n + j], wv = want[r * n + j];
+        ASSERT_LE(std::abs(double{gv} - wv), tol)
+            << "expert " << e << " row " << r << " feature " << j << ": GPU " << gv << ", CPU " << wv;
+      }
+    }
+  }
+}
+
+class ExpertGemmKernel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
+  }
+};
+
+TEST_F(ExpertGemmKernel, MatchesCpuOnRandomWeights) {
+  auto rng = testing::seeded_rng(41);
+  // No token, one, a partial tile, a whole tile, a tile and one, more than a pass of 32.
+  run_case({0, 1, 7, 8, 9, 33, 0, 70}, 128, 256, false, rng);
+  if (HasFatalFailure()) return;
+  run_case({3, 0, 16}, 192, 768, false, rng);
+}
+
+TEST_F(ExpertGemmKernel, ExactOnSmallIntegers) {
+  auto rng = testing::seeded_rng(42);
+  run_case({5, 0, 40, 1}, 64, 512, true, rng);
+}
+
+}  // namespace
+}  // namespace fp4

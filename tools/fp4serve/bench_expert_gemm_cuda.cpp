@@ -1,0 +1,163 @@
+// GPU expert-matmul rows of `fp4serve bench`. The device holds all 128 experts' weights, copies
+// of 8 distinct random experts (the timing does not depend on the values, and uploading
+// gigabytes would dominate the run); the check runs on those 8.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/expert_gemm.h"
+#include "core/thread_pool.h"
+#include "formats/minifloat.h"
+#include "tools/fp4serve/bench_expert_gemm.h"
+
+namespace fp4::bench {
+namespace {
+
+constexpr int64_t kExperts = 128, kTopK = 4, kDistinct = 8;
+constexpr int64_t kHidden = 6144, kInter = 3072;
+
+struct Matmul {
+  const char* name;
+  int64_t n, k;
+};
+
+template <typename T>
+cuda::DeviceBuffer upload(const std::vector<T>& v) {
+  cuda::DeviceBuffer d(v.size() * sizeof(T));
+  d.upload(v.data(), v.size() * sizeof(T));
+  return d;
+}
+
+// Fills `count` experts of `bytes_per_expert` on the device with copies of the first kDistinct.
+void replicate(cuda::DeviceBuffer& d, int64_t bytes_per_expert) {
+  for (int64_t done = kDistinct; done < kExperts; done *= 2) {
+    const int64_t n = std::min(done, kExperts - done);
+    FP4_CUDA_CHECK(cudaMemcpy(d.as<uint8_t>() + done * bytes_per_expert, d.data(),
+                              static_cast<size_t>(n * bytes_per_expert), cudaMemcpyDeviceToDevice));
+  }
+}
+
+// The 4 experts of each token, distinct, uniformly at random; rows grouped by expert.
+std::vector<int32_t> route(int64_t batch, int64_t experts, std::mt19937_64& rng) {
+  std::vector<int32_t> count(experts, 0), ids(experts);
+  std::iota(ids.begin(), ids.end(), 0);
+  for (int64_t t = 0; t < batch; ++t) {
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int64_t i = 0; i < kTopK; ++i) ++count[ids[i]];
+  }
+  std::vector<int32_t> offsets(experts + 1, 0);
+  std::partial_sum(count.begin(), count.end(), offsets.begin() + 1);
+  return offsets;
+}
+
+std::vector<uint16_t> activations(int64_t rows, int64_t k, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> x(rows * k);
+  for (auto& v : x) v = bf16_encode(normal(rng));
+  return x;
+}
+
+}  // namespace
+
+std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, int reps) {
+  std::vector<Row> rows;
+  std::mt19937_64 rng(0xE4E7);
+  std::uniform_int_distribution<int> byte(0, 255), scale_code(0x20, 0x48);
+  for (const Matmul m : {Matmul{"gate+up", 2 * kInter, kHidden}, Matmul{"down", kHidden, kInter}}) {
+    const int64_t value_bytes = m.n * m.k / 2, scale_bytes = m.n * m.k / 16;
+    std::vector<uint8_t> values(kDistinct * value_bytes), scales(kDistinct * scale_bytes);
+    for (auto& v : values) v = static_cast<uint8_t>(byte(rng));
+    for (auto& s : scales) s = static_cast<uint8_t>(scale_code(rng));
+    const std::vector<float> global(kExperts, 1.0f / 64);
+    cuda::DeviceBuffer d_values(kExperts * value_bytes), d_scales(kExperts * scale_bytes);
+    d_values.upload(values.data(), values.size());
+    d_scales.upload(scales.data(), scales.size());
+    replicate(d_values, value_bytes);
+    replicate(d_scales, scale_bytes);
+    const cuda::DeviceBuffer d_global = upload(global);
+
+    {  // The check, timed too: 6 tokens routed among the 8 distinct experts.
+      const auto offsets = route(6, kDistinct, rng);
+      const int64_t n_rows = offsets.back();
+      const auto x = activations(n_rows, m.k, rng);
+      std::vector<float> want(n_rows * m.n), got(want.size());
+      ExpertGemmParams c{.x = x.data(), .row_offsets = offsets.data(), .values = values.data(),
+                         .scales = scales.data(), .global_scales = global.data(), .y = want.data(),
+                         .rows = n_rows, .experts = kDistinct, .n = m.n, .k = m.k};
+      cpu::expert_gemm(c);
+      const cuda::DeviceBuffer d_x = upload(x), d_off = upload(offsets);
+      cuda::DeviceBuffer d_y(want.size() * 4);
+      d_y.fill(0xFF);
+      ExpertGemmParams d = c;
+      d.x = d_x.as<uint16_t>();
+      d.row_offsets = d_off.as<int32_t>();
+      d.values = d_values.as<uint8_t>();
+      d.scales = d_scales.as<uint8_t>();
+      d.global_scales = d_global.as<float>();
+      d.y = d_y.as<float>();
+      cuda::expert_gemm(d, nullptr);
+      FP4_CUDA_CHECK(cudaDeviceSynchronize());
+      d_y.download(got.data(), got.size() * 4);
+      // The kernel test's bound (tests/kernels/expert_gemm_test.cpp derives it):
+      // |got - want| <= g S (2k + 4) u with S = sum |x w| of the output.
+      std::atomic<int64_t> bad{-1};
+      parallel_for_cost(static_cast<int64_t>(want.size()), 4 * m.k, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t r = i / m.n, j = i % m.n;
+          int64_t e = 0;
+          while (offsets[e + 1] <= r) ++e;
+          const uint8_t* codes = values.data() + (e * m.n + j) * (m.k / 2);
+          const uint8_t* sf = scales.data() + (e * m.n + j) * (m.k / 16);
+          double s = 0.0;
+          for (int64_t q = 0; q < m.k; ++q) {
+            s += std::abs(bf16_decode(x[r * m.k + q]) * e2m1_decode((codes[q / 2] >> (4 * (q % 2))) & 0xF) *
+                          e4m3_decode(sf[q / 16]));
+          }
+          if (!(std::abs(double{got[i]} - want[i]) <= global[e] * s * (2.0 * m.k + 4) * 0x1p-24)) bad = i;
+        }
+      });
+      if (bad >= 0) {
+        fail_internal("expert_gemm ({}) disagrees with the CPU reference at row {}, feature {}: {} vs {}", m.name,
+                      bad / m.n, bad % m.n, got[bad], want[bad]);
+      }
+      int64_t active = 0;
+      for (int64_t e = 0; e < kDistinct; ++e) active += offsets[e + 1] > offsets[e];
+      const double bytes = double(active) * (value_bytes + scale_bytes) + double(n_rows) * m.k * 2 +
+                           double(n_rows) * m.n * 4;
+      const double ms = cuda::median_ms([&](cudaStream_t s) { cuda::expert_gemm(d, s); }, 3, reps);
+      rows.push_back({device, fmt::format("nvfp4 experts {} W4A16", m.name),
+                      fmt::format("b6 top{} of {}, {} active, [{}, {}]", kTopK, kDistinct, active, m.n, m.k),
+                      bytes, ms, copy_gbps, true});
+    }
+
+    for (int64_t batch : {1, 16, 64, 256}) {
+      const auto offsets = route(batch, kExperts, rng);
+      const int64_t n_rows = offsets.back();
+      int64_t active = 0;
+      for (int64_t e = 0; e < kExperts; ++e) active += offsets[e + 1] > offsets[e];
+      const auto x = activations(n_rows, m.k, rng);
+      const cuda::DeviceBuffer d_x = upload(x), d_off = upload(offsets);
+      cuda::DeviceBuffer d_y(n_rows * m.n * 4);
+      const ExpertGemmParams d{.x = d_x.as<uint16_t>(), .row_offsets = d_off.as<int32_t>(),
+                               .values = d_values.as<uint8_t>(), .scales = d_scales.as<uint8_t>(),
+                               .global_scales = d_global.as<float>(), .y = d_y.as<float>(), .rows = n_rows,
+                               .experts = kExperts, .n = m.n, .k = m.k};
+      const double bytes = double(active) * (value_bytes + scale_bytes) + double(n_rows) * m.k * 2 +
+                           double(n_rows) * m.n * 4;
+      const double ms = cuda::median_ms([&](cudaStream_t s) { cuda::expert_gemm(d, s); }, 3, reps);
+      rows.push_back({device, fmt::format("nvfp4 experts {} W4A16", m.name),
+                      fmt::format("b{} top{} of {}, {} active, [{}, {}]", batch, kTopK, kExperts, active, m.n, m.k),
+                      bytes, ms, copy_gbps, false});
+    }
+  }
+  return rows;
+}
+
+}  // namespace fp4::bench
