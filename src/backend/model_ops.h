@@ -92,12 +92,6 @@ struct PagedContext {
   int64_t max_blocks = 0;
 };
 
-// MSA indexer: for index head h (paired with KV head h) and query token t, block b's score is
-// max over its keys j <= positions[t] of index_q[t, h] . index_k[j] (FP32, no scale). The forced
-// blocks (init blocks [0, init_blocks) and the local_blocks blocks ending at the query's own) are
-// always selected; the other slots take the highest scores, ties to the lower block id. When the
-// visible blocks number topk or fewer, all are selected. Output: logical block ids in ascending
-// order, padded with -1, at selected[(h * tokens + t) * topk + i].
 // One head family of the pre-attention step: `heads` vectors of `dim` values per token, row r of
 // `x` being token r (row stride `stride` floats, so the column ranges of one fused
 // [q | k | v | index_q | index_k] GEMM output need no copy). `norm`: per-head RMSNorm weight
@@ -135,7 +129,7 @@ struct PreAttentionParams {
   uint8_t* index_pool = nullptr;      // [num_pages, index_layout->page_bytes]
   float index_scale = 1.0f;
   int64_t num_pages = 0;              // pages in each pool
-  float* q_out = nullptr;             // [tokens, q_heads, head_dim]
+  float* q_out = nullptr;             // [tokens, q_heads, head_dim]; may be q.x if its rows are dense
   float* index_q_out = nullptr;       // [tokens, index_heads, index_head_dim]
   // Optional (nullptr: not written): K and index-K as they went into the caches, normed and
   // rotated, [tokens, kv_heads, head_dim] and [tokens, index_head_dim]. Tests compare the cache
@@ -144,6 +138,12 @@ struct PreAttentionParams {
   float* index_k_out = nullptr;
 };
 
+// MSA indexer: for index head h (paired with KV head h) and query token t, block b's score is
+// max over its keys j <= positions[t] of index_q[t, h] . index_k[j] (FP32, no scale). The forced
+// blocks (init blocks [0, init_blocks) and the local_blocks blocks ending at the query's own) are
+// always selected; the other slots take the highest scores, ties to the lower block id. When the
+// visible blocks number topk or fewer, all are selected. Output: logical block ids in ascending
+// order, padded with -1, at selected[(h * tokens + t) * topk + i].
 struct IndexerTopkParams {
   PagedContext ctx;
   const kvcache::PageLayout* layout = nullptr;  // the index cache's

@@ -46,6 +46,9 @@ void check_pre_attention(const PreAttentionParams& p) {
             p.num_pages);
   FP4_CHECK(p.q_out != nullptr, "pre_attention: q_out is missing");
   check_input(p.q, p.q_heads, p.head_dim, "q");
+  FP4_CHECK(p.q_out != p.q.x || p.q.stride == p.q_heads * p.head_dim,
+            "pre_attention: q_out may be q itself only when q's rows are dense (stride {}, rows of {})", p.q.stride,
+            p.q_heads * p.head_dim);
   check_input(p.k, p.kv_heads, p.head_dim, "k");
   check_input(p.v, p.kv_heads, p.head_dim, "v");
   if (!has_index_branch(p)) return;
@@ -60,6 +63,8 @@ void check_pre_attention(const PreAttentionParams& p) {
   FP4_CHECK(ix.heads == 1 && ix.head_dim == p.index_head_dim,
             "pre_attention: index pages hold {} heads of {}, the step has one of {}", ix.heads, ix.head_dim,
             p.index_head_dim);
+  FP4_CHECK(ix.page_tokens == kv.page_tokens, "pre_attention: index pages of {} tokens beside K/V pages of {}",
+            ix.page_tokens, kv.page_tokens);
   check_scale(ix.dtype, p.index_scale, "index-K");
   FP4_CHECK(ix.dtype != PageDType::kNVFP4 || p.index_scale == 1.0f,
             "pre_attention: NVFP4 index-K pages have no global scale, got {}", p.index_scale);

@@ -8,8 +8,9 @@ namespace fp4 {
 
 // Throws fp4::Error naming the field for: missing inputs, outputs or caches; row strides
 // shorter than a row; cache layouts whose heads or head_dim differ from the params'; an index
-// layout with V or more than one head; an odd rotary_dim or one wider than a head; a
-// non-positive eps; FP8 or NVFP4 scales that are not finite and positive.
+// layout with V or more than one head, or pages of another size than the K/V pages'; an odd
+// rotary_dim or one wider than a head; a non-positive eps; FP8 or NVFP4 scales that are not
+// finite and positive; q_out written over q whose rows are not dense.
 void check_pre_attention(const PreAttentionParams& p);
 
 // Whether the step has an index branch (a sparse layer).

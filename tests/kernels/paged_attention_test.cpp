@@ -83,7 +83,8 @@ void run_case(const Case& c, std::mt19937_64& rng) {
                            c.sparse ? "sparse" : "dense", c.group, c.head_dim, exact ? "exact means" : "gaussian"));
   const int64_t kv_heads = c.group == 16 ? 2 : 4, q_heads = kv_heads * c.group, d = c.head_dim;
   const int64_t vec = kv_heads * d;
-  Batch b({{1, 1}, {127, 3}, {128, 3}, {2048, 2}, {2049, 3}, {5000, 2}, {300, 300}}, rng);
+  // 8,400 tokens: 66 blocks, more than one CTA resolves at once (64) when a split takes them all.
+  Batch b({{1, 1}, {127, 3}, {128, 3}, {2048, 2}, {2049, 3}, {5000, 2}, {8400, 1}, {300, 300}}, rng);
   const auto layout = kvcache::kv_page_layout(c.dtype, static_cast<int>(kv_heads), static_cast<int>(d));
 
   // Pages: unwritten slots stay NaN bytes, so a kernel reading past a token's position shows.
@@ -118,6 +119,14 @@ void run_case(const Case& c, std::mt19937_64& rng) {
   }
   std::vector<float> q = testing::random_floats(b.tokens() * q_heads * d, testing::Distribution::kGaussian, rng);
   for (float& x : q) x = exact ? 0.0f : 2.0f * x;  // logits of a few units: peaked softmaxes
+  // Heads of different magnitudes in one group (the FP16 tiles scale each head into range):
+  // factors 2^-8 .. 2^2, and per token one head of zeros and one of subnormals.
+  std::uniform_real_distribution<float> log2_factor(-8.0f, 2.0f);
+  for (int64_t row = 0; !exact && row < b.tokens() * q_heads; ++row) {
+    const int64_t h = row % q_heads;
+    const float factor = h == 0 ? 0.0f : h == 1 ? 1e-39f : std::exp2(log2_factor(rng));
+    for (int64_t e = 0; e < d; ++e) q[row * d + e] *= factor;
+  }
   const auto selected = random_selection(b, kv_heads, rng);
   const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
 

@@ -254,6 +254,11 @@ void run_case(const Geometry& g, PageDType kv_dtype, PageDType index_dtype, std:
     cpu::pre_attention(one);
     expect_close(std::vector<float>(got_q.end() - qw, got_q.end()), lone_q, g.head_dim, "q of the pageless token",
                  g.q_heads);
+    if (index) {
+      const auto got_iq = download<float>(d_iq_out, all * iqw);
+      expect_close(std::vector<float>(got_iq.end() - iqw, got_iq.end()), lone_iq, g.index_head_dim,
+                   "index_q of the pageless token", g.index_heads);
+    }
   }
   std::vector<float> got_ik;
   if (index) {
@@ -293,11 +298,19 @@ void run_case(const Geometry& g, PageDType kv_dtype, PageDType index_dtype, std:
                                              << (got_index[i] == index_before[i] ? " (not written)" : "");
     }
   }
-  // The CPU reference wrote the same slots: its pools differ from stage 2's only in blocks
-  // whose K rounded differently (a wrong slot formula shared by the two stages would not).
-  int64_t same = 0;
-  for (size_t i = 0; i < cpu_kv.size(); ++i) same += cpu_kv[i] == want_kv[i];
-  EXPECT_GE(same, static_cast<int64_t>(cpu_kv.size()) * 99 / 100) << "CPU and GPU K/V caches differ beyond a few blocks";
+  // The CPU reference wrote the slots of the same formula: its pools are exactly cache_insert
+  // of its own K and index-K at those slots.
+  std::vector<uint8_t> cpu_expected = kv_before;
+  cpu::cache_insert({.layout = &kv_layout, .pool = cpu_expected.data(), .num_pages = step.num_pages,
+                     .k = want_k.data(), .v = v.data(), .slots = slots.data(), .tokens = valid, .scales = kv_scales});
+  EXPECT_TRUE(cpu_expected == cpu_kv) << "the CPU reference's K/V cache differs from cache_insert at the slots";
+  if (index) {
+    std::vector<uint8_t> cpu_index_expected = index_before;
+    cpu::cache_insert({.layout = &index_layout, .pool = cpu_index_expected.data(), .num_pages = step.num_pages,
+                       .k = want_ik.data(), .v = nullptr, .slots = slots.data(), .tokens = valid,
+                       .scales = {index_scale, 1.0f}});
+    EXPECT_TRUE(cpu_index_expected == cpu_index) << "the CPU reference's index cache differs from cache_insert";
+  }
 }
 
 class PreAttentionKernel : public ::testing::Test {

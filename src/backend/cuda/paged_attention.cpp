@@ -151,9 +151,9 @@ struct SplitPlan {
 // the count that minimizes, in pages,
 //   waves(s) x (items per split + 1) + s / 4
 // where waves(s) = ceil(CTAs / slots), the 1 stands for what a CTA pays besides its pages (Q,
-// the page list, the merge of its warps) and s / 4 for the split merge. At 512 CTAs on 396 slots
-// this picks 2 splits (3 waves of half the work) over 1 (2 full waves, the second a quarter
-// busy); at 32 (token, KV head) pairs of 16 selected pages, 8 splits of 2 pages rather than 16
+// the page list, the merge of its warps) and s / 4 for the split merge. At 512 CTAs of 16
+// selected pages on 396 slots this picks 2 splits (3 waves of half the work) over 1 (2 full
+// waves, the second a quarter busy); at 32 (token, KV head) pairs of 16 selected pages, 8 splits of 2 pages rather than 16
 // of one (NVFP4 pages on an H200: 30.0 us against 33.5).
 SplitPlan plan_splits(const PagedAttentionParams& p, const PagedAttentionOptions& options,
                       const detail::AttentionArgs& a, detail::AttentionKernel kernel) {

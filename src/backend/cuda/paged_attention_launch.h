@@ -47,8 +47,8 @@ struct AttentionArgs {
 cudaError_t launch_paged_attention(const AttentionArgs& a, AttentionKernel kernel,
                                    cudaStream_t stream);
 
-// CTAs of the kernel that serves `a` (format, head_dim, group) resident per SM: the split rule
-// fills one wave of them.
+// CTAs of the kernel that serves `a` (format, head_dim, group) resident per SM: the split plan
+// counts its waves in them.
 cudaError_t attention_ctas_per_sm(const AttentionArgs& a, AttentionKernel kernel, int* ctas);
 
 // The two kernels, one per .cu file; launch_paged_attention picks one and adds the merge.

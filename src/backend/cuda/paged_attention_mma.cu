@@ -35,7 +35,6 @@ constexpr int kSubTiles = kBlockTokens / (kWarps * kSub);
 // sub-tiles in shared memory rather than registers, ptxas fits every variant without spilling
 // (NVFP4 and FP8 at head_dim 128: 127 and 123 registers). FP8 pages then fit three CTAs into
 // an SM's shared memory (60 KB each), NVFP4 pages four (55 KB).
-template <KvFormat F, int D>
 constexpr int kMinCtas = 4;
 
 // The MMA in the tiles' type.
@@ -74,9 +73,9 @@ __device__ __forceinline__ void resolve_item(const AttentionArgs& a, CtaWork w, 
 }
 
 template <KvFormat F, int D>
-__global__ void __launch_bounds__(kThreads, kMinCtas<F, D>) attention_tensor_core(const AttentionArgs a) {
+__global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(const AttentionArgs a) {
   constexpr bool kBf16 = F == KvFormat::kBF16, kF16 = !kBf16;
-  constexpr int P = D + 8;  // BF16 row pitch: the 8 rows of an ldmatrix hit distinct banks
+  constexpr int P = D + 8;  // 16-bit row pitch: the 8 rows of an ldmatrix hit distinct banks
   constexpr int kKSteps = D / 16, kNTiles = D / 8;
   // Per warp: BF16 pages, a K and a V tile (filled by cp.async); FP8 and NVFP4 pages, one tile
   // (K, then V) and the raw ring. After the block loop the outputs reuse the space.

@@ -1,6 +1,6 @@
 // Device helpers of the tensor-core paged attention kernel (paged_attention_mma.cu): the staging
 // of 16-row K/V sub-tiles into 16-bit shared-memory tiles (BF16 pages by cp.async; FP8 and NVFP4
-// pages through registers, dequantized on the fly into FP16).
+// pages through a per-warp ring of raw slots, dequantized from there into FP16).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,8 +16,8 @@ constexpr int kSub = 16;  // keys per warp sub-tile: the MMA's K for P.V
 // FP8 and NVFP4 sub-tiles come through a per-warp ring of raw slots in shared memory, filled by
 // cp.async kRawStages - 1 sub-tiles ahead of the one being computed, so that a warp keeps
 // several sub-tiles' bytes in flight without holding them in registers. A slot holds rows
-// [row0, row0 + 16) of K, then of V, as the page stores them: codes, then (NVFP4) block scales;
-// each region of a sub-tile is contiguous in the page.
+// [row0, row0 + 16) of K, then of V: codes (their 16-byte chunks placed by RawSlot::chunk),
+// then (NVFP4) block scales; each region of a sub-tile is contiguous in the page.
 template <KvFormat F, int D>
 struct RawSlot {
   static constexpr bool kFp4 = F == KvFormat::kNVFP4;
@@ -28,7 +28,6 @@ struct RawSlot {
   static constexpr int kBytes = 2 * kPlane;         // K, then V
   static constexpr int kValues = kFp4 ? 32 : 16;    // values of one 16-byte vector of codes
   static constexpr int kVecsPerRow = D / kValues;
-  static constexpr int kVecs = kSub * kVecsPerRow;
   static_assert(kCodes % 16 == 0 && kScales % 16 == 0, "regions of whole 16-byte chunks");
   static_assert(kVecsPerRow <= 8, "a row of at most eight 16-byte chunks");
   // land_plane's lanes take (key = lane % 16, piece = lane / 16 + 2j), so the 8 lanes of one

@@ -22,9 +22,6 @@ void pre_attention(const PreAttentionParams& p, cudaStream_t stream) {
     a.caches[1] = detail::cache_target(*p.index_layout, p.index_pool, p.num_pages, {p.index_scale, 1.0f},
                                        "pre_attention");
     a.num_caches = 2;
-    FP4_CHECK(p.index_layout->page_tokens == p.kv_layout->page_tokens,
-              "pre_attention: index pages of {} tokens beside K/V pages of {}", p.index_layout->page_tokens,
-              p.kv_layout->page_tokens);
   }
   if (c.tokens == 0) return;
   a.positions = c.positions;

@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kPreAttentionThreads) pre_attention_kernel(con
     const float* x = set.x + int64_t{t} * set.stride + int64_t{h} * dim;
     double sum_sq = 0.0;
     for (int i = lane; i < dim; i += 32) {
-      const float xi = __ldg(x + i);
+      const float xi = x[i];  // not __ldg: q_out may be q itself
       buf[i] = xi;
       sum_sq += static_cast<double>(xi) * xi;  // exact: a float square fits a double
     }

@@ -18,8 +18,8 @@ namespace fp4::cuda {
 // plus: rotary_dim at most 256 and heads of at most 1024 values. Indices that live on the
 // device cannot be checked by the host: a token whose sequence, block or page is out of range
 // gets its q and index_q written but nothing inserted. Tokens of one step must have distinct
-// slots. q_out may be q.x itself when q's rows are dense (each head is read before it is
-// written).
+// slots. q_out may be q.x itself when q's rows are dense (each head is read, by plain loads,
+// before it is written).
 void pre_attention(const PreAttentionParams& p, cudaStream_t stream);
 
 namespace detail {
