@@ -13,6 +13,8 @@ std::string_view model_op_name(ModelOp op) {
     case ModelOp::kIndexerTopk: return "indexer_topk";
     case ModelOp::kPagedAttention: return "paged_attention";
     case ModelOp::kRouter: return "router";
+    case ModelOp::kMoeDispatch: return "moe_dispatch";
+    case ModelOp::kMoeCombine: return "moe_combine";
   }
   return "?";
 }

@@ -20,6 +20,8 @@ enum class ModelOp : uint8_t {
   kIndexerTopk,
   kPagedAttention,
   kRouter,
+  kMoeDispatch,
+  kMoeCombine,
 };
 
 std::string_view model_op_name(ModelOp op);
@@ -41,6 +43,8 @@ class Backend {
   virtual void indexer_topk(const IndexerTopkParams& p) = 0;
   virtual void paged_attention(const PagedAttentionParams& p) = 0;
   virtual void router(const RouterParams& p) = 0;
+  virtual void moe_dispatch(const MoeDispatchParams& p) = 0;
+  virtual void moe_combine(const MoeCombineParams& p) = 0;
 };
 
 }  // namespace fp4

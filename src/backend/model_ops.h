@@ -174,6 +174,41 @@ struct PagedAttentionParams {
   int64_t topk = 0;
 };
 
+// MoE dispatch: groups a routing's (token, slot) pairs (pair = token * top_k + slot) by
+// expert, stably: rows [row_offsets[e], row_offsets[e + 1]) hold expert e's pairs in ascending
+// pair order, and pair_of_row / row_of_pair map between a grouped row and its pair. Every
+// expert id must be in [0, experts).
+struct MoeDispatchParams {
+  const int32_t* expert_ids = nullptr;  // [tokens, top_k]
+  int64_t tokens = 0, top_k = 0, experts = 0;
+  int32_t* row_offsets = nullptr;       // [experts + 1]
+  int32_t* pair_of_row = nullptr;       // [tokens * top_k]
+  int32_t* row_of_pair = nullptr;       // [tokens * top_k]
+};
+
+// The grouped rows' inputs: x_grouped[r] = BF16 (round to nearest even) of x[pair_of_row[r] /
+// top_k], what the expert matmul takes.
+struct MoeGatherParams {
+  const float* x = nullptr;             // [tokens, hidden]
+  const int32_t* pair_of_row = nullptr; // [rows]
+  int64_t rows = 0, top_k = 0, hidden = 0;
+  uint16_t* x_grouped = nullptr;        // [rows, hidden] BF16 bits
+};
+
+// MoE combine: out[t] = (shared ? shared[t] : 0) + routed_scale * routed[t], where routed[t]
+// starts at 0 and adds weights[t, s] * y_grouped[row_of_pair[t * top_k + s]] over the token's
+// slots in ascending order of their expert ids (each a float product, then a float sum).
+struct MoeCombineParams {
+  const float* y_grouped = nullptr;     // [tokens * top_k, hidden]
+  const int32_t* row_of_pair = nullptr; // [tokens * top_k]
+  const int32_t* expert_ids = nullptr;  // [tokens, top_k]
+  const float* weights = nullptr;       // [tokens, top_k]
+  const float* shared = nullptr;        // [tokens, hidden] or nullptr
+  float routed_scale = 1.0f;
+  float* out = nullptr;                 // [tokens, hidden]; may be `shared`
+  int64_t tokens = 0, top_k = 0, hidden = 0;
+};
+
 // Routed experts' matmul over NVFP4 weights with BF16 activations (W4A16): rows
 // [row_offsets[e], row_offsets[e + 1]) of x are the tokens routed to expert e (grouped by
 // expert, offsets non-decreasing from 0), and for each such row r

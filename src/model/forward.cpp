@@ -81,27 +81,27 @@ void ModelRunner::moe(const MoeWeights& w, const std::vector<float>& x, int64_t 
                    .tokens = rows, .experts = config_.num_experts, .top_k = k,
                    .expert_ids = ids.data(), .weights = weights.data()});
   // Group the (token, slot) pairs by expert so each expert runs once on all its tokens.
-  std::vector<std::vector<int64_t>> assigned(static_cast<size_t>(config_.num_experts));
-  for (int64_t i = 0; i < rows * k; ++i) assigned[ids[i]].push_back(i);
-  std::vector<float> routed(static_cast<size_t>(rows * h), 0.0f);
-  for (int64_t e = 0; e < config_.num_experts; ++e) {
-    const auto& pairs = assigned[e];
-    if (pairs.empty()) continue;
-    const int64_t n = static_cast<int64_t>(pairs.size());
-    std::vector<float> in(static_cast<size_t>(n * h)), y(static_cast<size_t>(n * h));
+  const int64_t pairs = rows * k, experts = config_.num_experts;
+  std::vector<int32_t> offsets(static_cast<size_t>(experts + 1)), pair_of_row(pairs), row_of_pair(pairs);
+  backend_.moe_dispatch({.expert_ids = ids.data(), .tokens = rows, .top_k = k, .experts = experts,
+                         .row_offsets = offsets.data(), .pair_of_row = pair_of_row.data(),
+                         .row_of_pair = row_of_pair.data()});
+  std::vector<float> y(static_cast<size_t>(pairs * h));
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t first = offsets[e], n = offsets[e + 1] - first;
+    if (n == 0) continue;
+    std::vector<float> in(static_cast<size_t>(n * h));
     for (int64_t r = 0; r < n; ++r) {
-      std::memcpy(&in[r * h], &x[pairs[r] / k * h], sizeof(float) * h);
+      std::memcpy(&in[r * h], &x[pair_of_row[first + r] / k * h], sizeof(float) * h);
     }
-    mlp(w.experts[e], in.data(), n, y.data());
-    for (int64_t r = 0; r < n; ++r) {
-      float* dst = &routed[pairs[r] / k * h];
-      const float weight = weights[pairs[r]];
-      for (int64_t j = 0; j < h; ++j) dst[j] += weight * y[r * h + j];
-    }
+    mlp(w.experts[e], in.data(), n, &y[first * h]);
   }
   out.assign(static_cast<size_t>(rows * h), 0.0f);
   if (w.has_shared) mlp(w.shared, x.data(), rows, out.data());
-  for (size_t j = 0; j < out.size(); ++j) out[j] += config_.routed_scaling_factor * routed[j];
+  backend_.moe_combine({.y_grouped = y.data(), .row_of_pair = row_of_pair.data(), .expert_ids = ids.data(),
+                        .weights = weights.data(), .shared = w.has_shared ? out.data() : nullptr,
+                        .routed_scale = config_.routed_scaling_factor, .out = out.data(), .tokens = rows,
+                        .top_k = k, .hidden = h});
 }
 
 void ModelRunner::attention(int64_t layer_index, const StepBatch& b,

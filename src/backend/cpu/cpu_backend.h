@@ -16,6 +16,9 @@ void router(const RouterParams& p);
 void cache_insert(const CacheInsertParams& p);
 void pre_attention(const PreAttentionParams& p);
 void expert_gemm(const ExpertGemmParams& p);
+void moe_dispatch(const MoeDispatchParams& p);
+void moe_gather(const MoeGatherParams& p);
+void moe_combine(const MoeCombineParams& p);
 void indexer_topk(const IndexerTopkParams& p);
 void paged_attention(const PagedAttentionParams& p);
 
@@ -33,6 +36,8 @@ class CpuBackend final : public Backend {
   void indexer_topk(const IndexerTopkParams& p) override { cpu::indexer_topk(p); }
   void paged_attention(const PagedAttentionParams& p) override { cpu::paged_attention(p); }
   void router(const RouterParams& p) override { cpu::router(p); }
+  void moe_dispatch(const MoeDispatchParams& p) override { cpu::moe_dispatch(p); }
+  void moe_combine(const MoeCombineParams& p) override { cpu::moe_combine(p); }
 };
 
 }  // namespace fp4::cpu
