@@ -1,0 +1,169 @@
+// MoE dispatch, gather and combine on the GPU against the CPU references, bit for bit: random
+// routings (distinct experts per token, as the router makes them) over 8 and 128 experts, with
+// and without a shared expert, outputs poisoned first; and an expert id out of range, which the
+// GPU must confine to its token.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/moe_ops.h"
+#include "tests/support/random.h"
+
+namespace fp4 {
+namespace {
+
+template <typename T>
+cuda::DeviceBuffer upload(const std::vector<T>& v) {
+  cuda::DeviceBuffer d(std::max<size_t>(v.size(), 1) * sizeof(T));
+  if (!v.empty()) d.upload(v.data(), v.size() * sizeof(T));
+  return d;
+}
+
+template <typename T>
+std::vector<T> download(const cuda::DeviceBuffer& d, size_t n) {
+  std::vector<T> v(n);
+  if (n > 0) d.download(v.data(), n * sizeof(T));
+  return v;
+}
+
+std::vector<int32_t> route(int64_t tokens, int64_t top_k, int64_t experts, std::mt19937_64& rng) {
+  std::vector<int32_t> ids, all(experts);
+  std::iota(all.begin(), all.end(), 0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::shuffle(all.begin(), all.end(), rng);
+    ids.insert(ids.end(), all.begin(), all.begin() + top_k);
+  }
+  return ids;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void run_case(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, bool shared, std::mt19937_64& rng) {
+  SCOPED_TRACE(::testing::Message() << tokens << " tokens, top-" << top_k << " of " << experts << ", hidden "
+                                    << hidden << (shared ? ", shared expert" : ""));
+  const int64_t pairs = tokens * top_k;
+  const auto ids = route(tokens, top_k, experts, rng);
+  std::vector<int32_t> offsets(experts + 1), pair_of_row(pairs), row_of_pair(pairs);
+  cpu::moe_dispatch({.expert_ids = ids.data(), .tokens = tokens, .top_k = top_k, .experts = experts,
+                     .row_offsets = offsets.data(), .pair_of_row = pair_of_row.data(),
+                     .row_of_pair = row_of_pair.data()});
+  const auto d_ids = upload(ids);
+  cuda::DeviceBuffer d_off((experts + 1) * 4), d_por(std::max<int64_t>(pairs, 1) * 4),
+      d_rop(std::max<int64_t>(pairs, 1) * 4);
+  for (auto* b : {&d_off, &d_por, &d_rop}) b->fill(0xA5);
+  cuda::moe_dispatch({.expert_ids = d_ids.as<int32_t>(), .tokens = tokens, .top_k = top_k, .experts = experts,
+                      .row_offsets = d_off.as<int32_t>(), .pair_of_row = d_por.as<int32_t>(),
+                      .row_of_pair = d_rop.as<int32_t>()},
+                     nullptr);
+  FP4_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(download<int32_t>(d_off, experts + 1), offsets);
+  EXPECT_EQ(download<int32_t>(d_por, pairs), pair_of_row);
+  EXPECT_EQ(download<int32_t>(d_rop, pairs), row_of_pair);
+
+  // Gather: every float class BF16 rounds differently (ties, NaN, infinities, subnormals).
+  auto x = testing::random_floats(tokens * hidden, testing::Distribution::kBlockScaled, rng);
+  if (!x.empty()) {
+    x[0] = std::nanf("");
+    x[x.size() / 2] = -INFINITY;
+    x.back() = 1e-40f;
+  }
+  std::vector<uint16_t> want_x(pairs * hidden);
+  cpu::moe_gather({.x = x.data(), .pair_of_row = pair_of_row.data(), .rows = pairs, .top_k = top_k,
+                   .hidden = hidden, .x_grouped = want_x.data()});
+  const auto d_x = upload(x);
+  cuda::DeviceBuffer d_xg(std::max<int64_t>(pairs * hidden, 1) * 2);
+  d_xg.fill(0x5A);
+  cuda::moe_gather({.x = d_x.as<float>(), .pair_of_row = d_por.as<int32_t>(), .rows = pairs, .top_k = top_k,
+                    .hidden = hidden, .x_grouped = d_xg.as<uint16_t>()},
+                   nullptr);
+  FP4_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(download<uint16_t>(d_xg, pairs * hidden), want_x);
+
+  // Combine, the output written over the shared expert's as the forward pass does.
+  const auto y = testing::random_floats(pairs * hidden, testing::Distribution::kGaussian, rng);
+  std::vector<float> weights(pairs);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (float& w : weights) w = unit(rng);
+  std::vector<float> want = shared ? testing::random_floats(tokens * hidden, testing::Distribution::kGaussian, rng)
+                                   : std::vector<float>(tokens * hidden, 0.0f);
+  const auto d_y = upload(y), d_w = upload(weights);
+  cuda::DeviceBuffer d_out(std::max<int64_t>(tokens * hidden, 1) * 4);
+  if (shared) d_out.upload(want.data(), want.size() * 4);
+  else d_out.fill(0xFF);  // NaN: unwritten outputs fail
+  cpu::moe_combine({.y_grouped = y.data(), .row_of_pair = row_of_pair.data(), .expert_ids = ids.data(),
+                    .weights = weights.data(), .shared = shared ? want.data() : nullptr, .routed_scale = 2.5f,
+                    .out = want.data(), .tokens = tokens, .top_k = top_k, .hidden = hidden});
+  cuda::moe_combine({.y_grouped = d_y.as<float>(), .row_of_pair = d_rop.as<int32_t>(),
+                     .expert_ids = d_ids.as<int32_t>(), .weights = d_w.as<float>(),
+                     .shared = shared ? d_out.as<float>() : nullptr, .routed_scale = 2.5f, .out = d_out.as<float>(),
+                     .tokens = tokens, .top_k = top_k, .hidden = hidden},
+                    nullptr);
+  FP4_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_TRUE(same_bits(download<float>(d_out, tokens * hidden), want)) << "combine differs from the CPU's bits";
+}
+
+class MoeOpsKernel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
+  }
+};
+
+TEST_F(MoeOpsKernel, MatchCpuBitForBit) {
+  auto rng = testing::seeded_rng(51);
+  run_case(1, 4, 128, 64, true, rng);
+  run_case(37, 4, 128, 300, false, rng);
+  run_case(300, 8, 8, 96, true, rng);     // every expert busy, more pairs than a CTA's threads
+  run_case(1000, 4, 128, 32, false, rng);
+  run_case(0, 4, 128, 64, false, rng);    // an empty step still writes the offsets
+}
+
+TEST_F(MoeOpsKernel, AnExpertIdOutOfRangeStaysInItsToken) {
+  auto rng = testing::seeded_rng(52);
+  const int64_t tokens = 20, top_k = 4, experts = 16, hidden = 40, pairs = tokens * top_k;
+  auto ids = route(tokens, top_k, experts, rng);
+  ids[5 * top_k + 2] = static_cast<int32_t>(experts);  // token 5
+  const auto d_ids = upload(ids);
+  cuda::DeviceBuffer d_off((experts + 1) * 4), d_por(pairs * 4), d_rop(pairs * 4), d_xg(pairs * hidden * 2);
+  cuda::moe_dispatch({.expert_ids = d_ids.as<int32_t>(), .tokens = tokens, .top_k = top_k, .experts = experts,
+                      .row_offsets = d_off.as<int32_t>(), .pair_of_row = d_por.as<int32_t>(),
+                      .row_of_pair = d_rop.as<int32_t>()},
+                     nullptr);
+  const auto x = testing::random_floats(tokens * hidden, testing::Distribution::kGaussian, rng);
+  const auto d_x = upload(x);
+  cuda::moe_gather({.x = d_x.as<float>(), .pair_of_row = d_por.as<int32_t>(), .rows = pairs, .top_k = top_k,
+                    .hidden = hidden, .x_grouped = d_xg.as<uint16_t>()},
+                   nullptr);
+  const auto y = testing::random_floats(pairs * hidden, testing::Distribution::kGaussian, rng);
+  const std::vector<float> weights(pairs, 0.25f);
+  const auto d_y = upload(y), d_w = upload(weights);
+  cuda::DeviceBuffer d_out(tokens * hidden * 4);
+  cuda::moe_combine({.y_grouped = d_y.as<float>(), .row_of_pair = d_rop.as<int32_t>(),
+                     .expert_ids = d_ids.as<int32_t>(), .weights = d_w.as<float>(), .shared = nullptr,
+                     .routed_scale = 1.0f, .out = d_out.as<float>(), .tokens = tokens, .top_k = top_k,
+                     .hidden = hidden},
+                    nullptr);
+  FP4_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto offsets = download<int32_t>(d_off, experts + 1);
+  EXPECT_EQ(offsets.back(), pairs - 1);
+  EXPECT_EQ(download<int32_t>(d_rop, pairs)[5 * top_k + 2], -1);
+  EXPECT_EQ(download<int32_t>(d_por, pairs).back(), -1);
+  const auto out = download<float>(d_out, tokens * hidden);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t j = 0; j < hidden; ++j) {
+      EXPECT_EQ(std::isnan(out[t * hidden + j]), t == 5) << "token " << t << " value " << j;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fp4
