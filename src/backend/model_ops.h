@@ -187,7 +187,7 @@ struct MoeDispatchParams {
 };
 
 // The grouped rows' inputs: x_grouped[r] = BF16 (round to nearest even) of x[pair_of_row[r] /
-// top_k], what the expert matmul takes.
+// top_k], what the expert matmul takes. rows = tokens x top_k, every pair's row.
 struct MoeGatherParams {
   const float* x = nullptr;             // [tokens, hidden]
   const int32_t* pair_of_row = nullptr; // [rows]

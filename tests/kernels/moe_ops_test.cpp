@@ -1,7 +1,7 @@
 // MoE dispatch, gather and combine on the GPU against the CPU references, bit for bit: random
 // routings (distinct experts per token, as the router makes them) over 8 and 128 experts, with
-// and without a shared expert, outputs poisoned first; and an expert id out of range, which the
-// GPU must confine to its token.
+// and without a shared expert, outputs poisoned first; and expert ids out of range (past the
+// last expert, negative), which the GPU must confine to their tokens.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -127,11 +127,12 @@ TEST_F(MoeOpsKernel, MatchCpuBitForBit) {
   run_case(0, 4, 128, 64, false, rng);    // an empty step still writes the offsets
 }
 
-TEST_F(MoeOpsKernel, AnExpertIdOutOfRangeStaysInItsToken) {
+TEST_F(MoeOpsKernel, ExpertIdsOutOfRangeStayInTheirTokens) {
   auto rng = testing::seeded_rng(52);
   const int64_t tokens = 20, top_k = 4, experts = 16, hidden = 40, pairs = tokens * top_k;
   auto ids = route(tokens, top_k, experts, rng);
-  ids[5 * top_k + 2] = static_cast<int32_t>(experts);  // token 5
+  ids[5 * top_k + 2] = static_cast<int32_t>(experts);  // token 5: one past the last expert
+  ids[9 * top_k + 0] = -1;                             // token 9: negative
   const auto d_ids = upload(ids);
   cuda::DeviceBuffer d_off((experts + 1) * 4), d_por(pairs * 4), d_rop(pairs * 4), d_xg(pairs * hidden * 2);
   cuda::moe_dispatch({.expert_ids = d_ids.as<int32_t>(), .tokens = tokens, .top_k = top_k, .experts = experts,
@@ -147,21 +148,52 @@ TEST_F(MoeOpsKernel, AnExpertIdOutOfRangeStaysInItsToken) {
   const std::vector<float> weights(pairs, 0.25f);
   const auto d_y = upload(y), d_w = upload(weights);
   cuda::DeviceBuffer d_out(tokens * hidden * 4);
+  d_out.fill(0x3F);  // finite: the NaNs must come from the kernel
   cuda::moe_combine({.y_grouped = d_y.as<float>(), .row_of_pair = d_rop.as<int32_t>(),
                      .expert_ids = d_ids.as<int32_t>(), .weights = d_w.as<float>(), .shared = nullptr,
                      .routed_scale = 1.0f, .out = d_out.as<float>(), .tokens = tokens, .top_k = top_k,
                      .hidden = hidden},
                     nullptr);
   FP4_CUDA_CHECK(cudaDeviceSynchronize());
+
+  // Dispatch: the valid pairs grouped as the CPU groups them (its input without the two bad
+  // pairs would shift no valid pair's expert), the bad ones placed nowhere.
   const auto offsets = download<int32_t>(d_off, experts + 1);
-  EXPECT_EQ(offsets.back(), pairs - 1);
-  EXPECT_EQ(download<int32_t>(d_rop, pairs)[5 * top_k + 2], -1);
-  EXPECT_EQ(download<int32_t>(d_por, pairs).back(), -1);
+  const auto pair_of_row = download<int32_t>(d_por, pairs), row_of_pair = download<int32_t>(d_rop, pairs);
+  EXPECT_EQ(offsets.back(), pairs - 2);
+  EXPECT_EQ(row_of_pair[5 * top_k + 2], -1);
+  EXPECT_EQ(row_of_pair[9 * top_k + 0], -1);
+  EXPECT_EQ(pair_of_row[pairs - 1], -1);
+  EXPECT_EQ(pair_of_row[pairs - 2], -1);
+  for (int64_t e = 0; e < experts; ++e) {
+    for (int32_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+      ASSERT_EQ(ids[pair_of_row[r]], e) << "row " << r;
+      ASSERT_EQ(row_of_pair[pair_of_row[r]], r) << "row " << r;
+      if (r > offsets[e]) {
+        ASSERT_LT(pair_of_row[r - 1], pair_of_row[r]) << "row " << r << ": not stable";
+      }
+    }
+  }
+  // Gather: the two rows past the valid pairs are NaN.
+  const auto xg = download<uint16_t>(d_xg, pairs * hidden);
+  for (int64_t j = 0; j < hidden; ++j) {
+    EXPECT_EQ(xg[(pairs - 1) * hidden + j], 0x7FC0);
+    EXPECT_EQ(xg[(pairs - 2) * hidden + j], 0x7FC0);
+  }
+  // Combine: NaN for tokens 5 and 9 only; every other token the CPU's bits on the same rows.
   const auto out = download<float>(d_out, tokens * hidden);
   for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t j = 0; j < hidden; ++j) {
-      EXPECT_EQ(std::isnan(out[t * hidden + j]), t == 5) << "token " << t << " value " << j;
+    if (t == 5 || t == 9) {
+      for (int64_t j = 0; j < hidden; ++j) EXPECT_TRUE(std::isnan(out[t * hidden + j])) << "token " << t;
+      continue;
     }
+    std::vector<float> want(hidden);
+    cpu::moe_combine({.y_grouped = y.data(), .row_of_pair = row_of_pair.data() + t * top_k,
+                      .expert_ids = ids.data() + t * top_k, .weights = weights.data() + t * top_k,
+                      .shared = nullptr, .routed_scale = 1.0f, .out = want.data(), .tokens = 1, .top_k = top_k,
+                      .hidden = hidden});
+    EXPECT_TRUE(same_bits(std::vector<float>(out.begin() + t * hidden, out.begin() + (t + 1) * hidden), want))
+        << "token " << t;
   }
 }
 

@@ -13,6 +13,7 @@ namespace fp4::cpu {
 
 void moe_dispatch(const MoeDispatchParams& p) {
   const int64_t pairs = p.tokens * p.top_k;
+  FP4_CHECK(pairs < (int64_t{1} << 31), "moe_dispatch: {} pairs exceed int32 rows", pairs);
   std::vector<int32_t> count(static_cast<size_t>(p.experts), 0);
   for (int64_t i = 0; i < pairs; ++i) {
     FP4_CHECK(p.expert_ids[i] >= 0 && p.expert_ids[i] < p.experts, "moe_dispatch: pair {} has expert {} (of {})", i,
@@ -39,13 +40,13 @@ void moe_gather(const MoeGatherParams& p) {
 }
 
 void moe_combine(const MoeCombineParams& p) {
-  FP4_CHECK(p.top_k > 0 && p.top_k <= 16, "moe_combine: top_k {} must be in [1, 16]", p.top_k);
   parallel_for_cost(p.tokens, 3 * p.top_k * p.hidden, [&](int64_t t0, int64_t t1) {
     std::vector<int32_t> slots(static_cast<size_t>(p.top_k));
     for (int64_t t = t0; t < t1; ++t) {
       std::iota(slots.begin(), slots.end(), 0);
       const int32_t* ids = p.expert_ids + t * p.top_k;
-      std::sort(slots.begin(), slots.end(), [&](int32_t a, int32_t b) { return ids[a] != ids[b] ? ids[a] < ids[b] : a < b; });
+      std::sort(slots.begin(), slots.end(),
+                [&](int32_t a, int32_t b) { return ids[a] != ids[b] ? ids[a] < ids[b] : a < b; });
       for (int64_t j = 0; j < p.hidden; ++j) {
         float routed = 0.0f;
         for (int32_t s : slots) {

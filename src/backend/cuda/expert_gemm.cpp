@@ -15,7 +15,9 @@ void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream) {
             "expert_gemm: row offsets, weights and global scales are required");
   if (p.rows == 0) return;
   FP4_CHECK(p.x && p.y, "expert_gemm: x and y are required");
-  FP4_CHECK(reinterpret_cast<uintptr_t>(p.x) % 16 == 0, "expert_gemm: x must be 16-byte aligned");
+  FP4_CHECK(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.values) % 16 == 0 &&
+                reinterpret_cast<uintptr_t>(p.scales) % 2 == 0,
+            "expert_gemm: x and the codes must be 16-byte aligned, the scales 2-byte aligned");
   FP4_CUDA_CHECK(detail::launch_expert_gemm(p, stream));
 }
 

@@ -7,7 +7,7 @@ namespace fp4::cuda {
 void moe_dispatch(const MoeDispatchParams& p, cudaStream_t stream) {
   FP4_CHECK(p.tokens >= 0 && p.top_k > 0 && p.experts > 0 && p.experts < 65536,
             "moe_dispatch: {} tokens, top-{} of {} experts", p.tokens, p.top_k, p.experts);
-  FP4_CHECK(p.tokens * p.top_k < (int64_t{1} << 31), "moe_dispatch: {} pairs exceed int32 rows", p.tokens * p.top_k);
+  FP4_CHECK(p.tokens * p.top_k < (int64_t{1} << 30), "moe_dispatch: {} pairs exceed 2^30", p.tokens * p.top_k);
   FP4_CHECK(p.row_offsets && (p.tokens == 0 || (p.expert_ids && p.pair_of_row && p.row_of_pair)),
             "moe_dispatch: ids, offsets and the two maps are required");
   FP4_CUDA_CHECK(detail::launch_moe_dispatch(p, stream));

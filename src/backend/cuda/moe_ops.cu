@@ -110,13 +110,17 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const MoeCombineParam
     slot[j + 1] = cur;
   }
   for (int64_t j = threadIdx.x; j < p.hidden; j += kThreads) {
+    if (bad) {
+      p.out[t * p.hidden + j] = __int_as_float(0x7fc00000);
+      continue;
+    }
     float routed = 0.0f;
     for (int s = 0; s < k; ++s) {
-      const int64_t row = bad ? 0 : p.row_of_pair[t * k + slot[s]];
+      const int64_t row = p.row_of_pair[t * k + slot[s]];
       routed += p.weights[t * k + slot[s]] * p.y_grouped[row * p.hidden + j];
     }
     const float base = p.shared != nullptr ? p.shared[t * p.hidden + j] : 0.0f;
-    p.out[t * p.hidden + j] = bad ? __int_as_float(0x7fc00000) : base + p.routed_scale * routed;
+    p.out[t * p.hidden + j] = base + p.routed_scale * routed;
   }
 }
 
