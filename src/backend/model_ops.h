@@ -62,6 +62,8 @@ struct GatedActivationParams {
   const float* gate = nullptr;  // [m, inter], row stride `stride`
   const float* up = nullptr;    // [m, inter], row stride `stride`
   float* out = nullptr;         // [m, inter], dense
+  uint16_t* out_bf16 = nullptr; // instead of out: BF16 bits (round to nearest even), what the
+                                // expert matmul takes
   int64_t m = 0, inter = 0, stride = 0;
   GatedActivation kind = GatedActivation::kSilu;
   float alpha = 1.702f, limit = 7.0f, beta = 1.0f;

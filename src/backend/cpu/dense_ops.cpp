@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
 #include "core/thread_pool.h"
+#include "formats/minifloat.h"
 
 namespace fp4::cpu {
 namespace {
@@ -96,15 +97,17 @@ void gated_activation(const GatedActivationParams& p) {
     for (int64_t r = m0; r < m1; ++r) {
       const float* g = p.gate + r * p.stride;
       const float* u = p.up + r * p.stride;
-      float* o = p.out + r * p.inter;
       for (int64_t i = 0; i < p.inter; ++i) {
+        float o;
         if (p.kind == GatedActivation::kSilu) {
-          o[i] = g[i] * sigmoid(g[i]) * u[i];
+          o = g[i] * sigmoid(g[i]) * u[i];
         } else {
           const float gc = std::min(g[i], p.limit);
           const float uc = std::clamp(u[i], -p.limit, p.limit);
-          o[i] = gc * sigmoid(p.alpha * gc) * (uc + p.beta);
+          o = gc * sigmoid(p.alpha * gc) * (uc + p.beta);
         }
+        if (p.out_bf16 != nullptr) p.out_bf16[r * p.inter + i] = bf16_encode(o);
+        else p.out[r * p.inter + i] = o;
       }
     }
   });
