@@ -96,19 +96,12 @@ struct Case {
       }
     }
     q = make_values(batch.tokens() * g.heads * g.dim, kind, rng);
-    d_pool = upload(pool);
-    d_q = upload(q);
-    d_positions = upload(batch.positions);
-    d_seqs = upload(batch.seq_of_token);
-    d_tables = upload(batch.tables);
+    d_pool = cuda::DeviceBuffer::copy_of(pool);
+    d_q = cuda::DeviceBuffer::copy_of(q);
+    d_positions = cuda::DeviceBuffer::copy_of(batch.positions);
+    d_seqs = cuda::DeviceBuffer::copy_of(batch.seq_of_token);
+    d_tables = cuda::DeviceBuffer::copy_of(batch.tables);
     d_selected = cuda::DeviceBuffer(selected_count() * sizeof(int32_t));
-  }
-
-  template <typename T>
-  static cuda::DeviceBuffer upload(const std::vector<T>& v) {
-    cuda::DeviceBuffer d(v.size() * sizeof(T));
-    d.upload(v.data(), v.size() * sizeof(T));
-    return d;
   }
 
   size_t selected_count() const { return static_cast<size_t>(geo.heads * batch.tokens() * geo.topk); }

@@ -22,20 +22,6 @@ namespace {
 
 constexpr double kTol = 0x1p-20;
 
-template <typename T>
-cuda::DeviceBuffer upload(const std::vector<T>& v) {
-  cuda::DeviceBuffer d(std::max<size_t>(v.size(), 1) * sizeof(T));
-  if (!v.empty()) d.upload(v.data(), v.size() * sizeof(T));
-  return d;
-}
-
-template <typename T>
-std::vector<T> download(const cuda::DeviceBuffer& d, size_t n) {
-  std::vector<T> v(n);
-  if (n > 0) d.download(v.data(), n * sizeof(T));
-  return v;
-}
-
 float cpu_choice(const std::vector<float>& logits, const std::vector<float>& bias, int64_t t, int64_t experts,
                  int32_t e) {
   const float s = 1.0f / (1.0f + std::exp(-logits[t * experts + e]));
@@ -57,7 +43,7 @@ void run_router(int64_t tokens, int64_t experts, int64_t top_k, bool with_bias, 
   RouterParams c{.logits = logits.data(), .bias = bias.empty() ? nullptr : bias.data(), .tokens = tokens,
                  .experts = experts, .top_k = top_k, .expert_ids = want_ids.data(), .weights = want_w.data()};
   cpu::router(c);
-  const auto d_logits = upload(logits), d_bias = upload(bias);
+  const auto d_logits = cuda::DeviceBuffer::copy_of(logits), d_bias = cuda::DeviceBuffer::copy_of(bias);
   cuda::DeviceBuffer d_ids(want_ids.size() * 4), d_w(want_w.size() * 4);
   d_ids.fill(0xA5);
   d_w.fill(0xFF);
@@ -68,8 +54,8 @@ void run_router(int64_t tokens, int64_t experts, int64_t top_k, bool with_bias, 
   d.weights = d_w.as<float>();
   cuda::router(d, nullptr);
   FP4_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto ids = download<int32_t>(d_ids, want_ids.size());
-  const auto w = download<float>(d_w, want_w.size());
+  const auto ids = d_ids.download_vector<int32_t>(want_ids.size());
+  const auto w = d_w.download_vector<float>(want_w.size());
   for (int64_t t = 0; t < tokens; ++t) {
     bool same = true;
     for (int64_t k = 0; k < top_k; ++k) {
@@ -103,7 +89,7 @@ void run_activation(int64_t m, int64_t inter, GatedActivation kind, bool bf16_ou
   if (bf16_out) c.out_bf16 = want16.data();
   else c.out = want.data();
   cpu::gated_activation(c);
-  const auto d_gu = upload(gu);
+  const auto d_gu = cuda::DeviceBuffer::copy_of(gu);
   cuda::DeviceBuffer d_out(m * inter * 4);
   d_out.fill(0x7B);
   GatedActivationParams d = c;
@@ -114,7 +100,7 @@ void run_activation(int64_t m, int64_t inter, GatedActivation kind, bool bf16_ou
   cuda::gated_activation(d, nullptr);
   FP4_CUDA_CHECK(cudaDeviceSynchronize());
   if (bf16_out) {
-    const auto got = download<uint16_t>(d_out, m * inter);
+    const auto got = d_out.download_vector<uint16_t>(m * inter);
     for (int64_t i = 0; i < m * inter; ++i) {
       const float g = bf16_decode(got[i]), e = bf16_decode(want16[i]);
       if (std::isnan(e)) {
@@ -124,7 +110,7 @@ void run_activation(int64_t m, int64_t inter, GatedActivation kind, bool bf16_ou
       ASSERT_LE(std::abs(int{got[i]} - int{want16[i]}), 1) << i << ": GPU " << g << ", CPU " << e;
     }
   } else {
-    const auto got = download<float>(d_out, m * inter);
+    const auto got = d_out.download_vector<float>(m * inter);
     for (int64_t i = 0; i < m * inter; ++i) {
       if (std::isnan(want[i])) {
         ASSERT_TRUE(std::isnan(got[i])) << i;

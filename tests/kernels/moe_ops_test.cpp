@@ -19,20 +19,6 @@
 namespace fp4 {
 namespace {
 
-template <typename T>
-cuda::DeviceBuffer upload(const std::vector<T>& v) {
-  cuda::DeviceBuffer d(std::max<size_t>(v.size(), 1) * sizeof(T));
-  if (!v.empty()) d.upload(v.data(), v.size() * sizeof(T));
-  return d;
-}
-
-template <typename T>
-std::vector<T> download(const cuda::DeviceBuffer& d, size_t n) {
-  std::vector<T> v(n);
-  if (n > 0) d.download(v.data(), n * sizeof(T));
-  return v;
-}
-
 std::vector<int32_t> route(int64_t tokens, int64_t top_k, int64_t experts, std::mt19937_64& rng) {
   std::vector<int32_t> ids, all(experts);
   std::iota(all.begin(), all.end(), 0);
@@ -56,7 +42,7 @@ void run_case(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, bo
   cpu::moe_dispatch({.expert_ids = ids.data(), .tokens = tokens, .top_k = top_k, .experts = experts,
                      .row_offsets = offsets.data(), .pair_of_row = pair_of_row.data(),
                      .row_of_pair = row_of_pair.data()});
-  const auto d_ids = upload(ids);
+  const auto d_ids = cuda::DeviceBuffer::copy_of(ids);
   cuda::DeviceBuffer d_off((experts + 1) * 4), d_por(std::max<int64_t>(pairs, 1) * 4),
       d_rop(std::max<int64_t>(pairs, 1) * 4);
   for (auto* b : {&d_off, &d_por, &d_rop}) b->fill(0xA5);
@@ -65,9 +51,9 @@ void run_case(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, bo
                       .row_of_pair = d_rop.as<int32_t>()},
                      nullptr);
   FP4_CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_EQ(download<int32_t>(d_off, experts + 1), offsets);
-  EXPECT_EQ(download<int32_t>(d_por, pairs), pair_of_row);
-  EXPECT_EQ(download<int32_t>(d_rop, pairs), row_of_pair);
+  EXPECT_EQ(d_off.download_vector<int32_t>(experts + 1), offsets);
+  EXPECT_EQ(d_por.download_vector<int32_t>(pairs), pair_of_row);
+  EXPECT_EQ(d_rop.download_vector<int32_t>(pairs), row_of_pair);
 
   // Gather: every float class BF16 rounds differently (ties, NaN, infinities, subnormals).
   auto x = testing::random_floats(tokens * hidden, testing::Distribution::kBlockScaled, rng);
@@ -79,14 +65,14 @@ void run_case(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, bo
   std::vector<uint16_t> want_x(pairs * hidden);
   cpu::moe_gather({.x = x.data(), .pair_of_row = pair_of_row.data(), .rows = pairs, .top_k = top_k,
                    .hidden = hidden, .x_grouped = want_x.data()});
-  const auto d_x = upload(x);
+  const auto d_x = cuda::DeviceBuffer::copy_of(x);
   cuda::DeviceBuffer d_xg(std::max<int64_t>(pairs * hidden, 1) * 2);
   d_xg.fill(0x5A);
   cuda::moe_gather({.x = d_x.as<float>(), .pair_of_row = d_por.as<int32_t>(), .rows = pairs, .top_k = top_k,
                     .hidden = hidden, .x_grouped = d_xg.as<uint16_t>()},
                    nullptr);
   FP4_CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_EQ(download<uint16_t>(d_xg, pairs * hidden), want_x);
+  EXPECT_EQ(d_xg.download_vector<uint16_t>(pairs * hidden), want_x);
 
   // Combine, the output written over the shared expert's as the forward pass does.
   const auto y = testing::random_floats(pairs * hidden, testing::Distribution::kGaussian, rng);
@@ -95,7 +81,7 @@ void run_case(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, bo
   for (float& w : weights) w = unit(rng);
   std::vector<float> want = shared ? testing::random_floats(tokens * hidden, testing::Distribution::kGaussian, rng)
                                    : std::vector<float>(tokens * hidden, 0.0f);
-  const auto d_y = upload(y), d_w = upload(weights);
+  const auto d_y = cuda::DeviceBuffer::copy_of(y), d_w = cuda::DeviceBuffer::copy_of(weights);
   cuda::DeviceBuffer d_out(std::max<int64_t>(tokens * hidden, 1) * 4);
   if (shared) d_out.upload(want.data(), want.size() * 4);
   else d_out.fill(0xFF);  // NaN: unwritten outputs fail
@@ -108,7 +94,7 @@ void run_case(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, bo
                      .tokens = tokens, .top_k = top_k, .hidden = hidden},
                     nullptr);
   FP4_CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_TRUE(same_bits(download<float>(d_out, tokens * hidden), want)) << "combine differs from the CPU's bits";
+  EXPECT_TRUE(same_bits(d_out.download_vector<float>(tokens * hidden), want)) << "combine differs from the CPU's bits";
 }
 
 class MoeOpsKernel : public ::testing::Test {
@@ -133,20 +119,20 @@ TEST_F(MoeOpsKernel, ExpertIdsOutOfRangeStayInTheirTokens) {
   auto ids = route(tokens, top_k, experts, rng);
   ids[5 * top_k + 2] = static_cast<int32_t>(experts);  // token 5: one past the last expert
   ids[9 * top_k + 0] = -1;                             // token 9: negative
-  const auto d_ids = upload(ids);
+  const auto d_ids = cuda::DeviceBuffer::copy_of(ids);
   cuda::DeviceBuffer d_off((experts + 1) * 4), d_por(pairs * 4), d_rop(pairs * 4), d_xg(pairs * hidden * 2);
   cuda::moe_dispatch({.expert_ids = d_ids.as<int32_t>(), .tokens = tokens, .top_k = top_k, .experts = experts,
                       .row_offsets = d_off.as<int32_t>(), .pair_of_row = d_por.as<int32_t>(),
                       .row_of_pair = d_rop.as<int32_t>()},
                      nullptr);
   const auto x = testing::random_floats(tokens * hidden, testing::Distribution::kGaussian, rng);
-  const auto d_x = upload(x);
+  const auto d_x = cuda::DeviceBuffer::copy_of(x);
   cuda::moe_gather({.x = d_x.as<float>(), .pair_of_row = d_por.as<int32_t>(), .rows = pairs, .top_k = top_k,
                     .hidden = hidden, .x_grouped = d_xg.as<uint16_t>()},
                    nullptr);
   const auto y = testing::random_floats(pairs * hidden, testing::Distribution::kGaussian, rng);
   const std::vector<float> weights(pairs, 0.25f);
-  const auto d_y = upload(y), d_w = upload(weights);
+  const auto d_y = cuda::DeviceBuffer::copy_of(y), d_w = cuda::DeviceBuffer::copy_of(weights);
   cuda::DeviceBuffer d_out(tokens * hidden * 4);
   d_out.fill(0x3F);  // finite: the NaNs must come from the kernel
   cuda::moe_combine({.y_grouped = d_y.as<float>(), .row_of_pair = d_rop.as<int32_t>(),
@@ -158,8 +144,8 @@ TEST_F(MoeOpsKernel, ExpertIdsOutOfRangeStayInTheirTokens) {
 
   // Dispatch: the valid pairs grouped as the CPU groups them (its input without the two bad
   // pairs would shift no valid pair's expert), the bad ones placed nowhere.
-  const auto offsets = download<int32_t>(d_off, experts + 1);
-  const auto pair_of_row = download<int32_t>(d_por, pairs), row_of_pair = download<int32_t>(d_rop, pairs);
+  const auto offsets = d_off.download_vector<int32_t>(experts + 1);
+  const auto pair_of_row = d_por.download_vector<int32_t>(pairs), row_of_pair = d_rop.download_vector<int32_t>(pairs);
   EXPECT_EQ(offsets.back(), pairs - 2);
   EXPECT_EQ(row_of_pair[5 * top_k + 2], -1);
   EXPECT_EQ(row_of_pair[9 * top_k + 0], -1);
@@ -175,13 +161,13 @@ TEST_F(MoeOpsKernel, ExpertIdsOutOfRangeStayInTheirTokens) {
     }
   }
   // Gather: the two rows past the valid pairs are NaN.
-  const auto xg = download<uint16_t>(d_xg, pairs * hidden);
+  const auto xg = d_xg.download_vector<uint16_t>(pairs * hidden);
   for (int64_t j = 0; j < hidden; ++j) {
     EXPECT_EQ(xg[(pairs - 1) * hidden + j], 0x7FC0);
     EXPECT_EQ(xg[(pairs - 2) * hidden + j], 0x7FC0);
   }
   // Combine: NaN for tokens 5 and 9 only; every other token the CPU's bits on the same rows.
-  const auto out = download<float>(d_out, tokens * hidden);
+  const auto out = d_out.download_vector<float>(tokens * hidden);
   for (int64_t t = 0; t < tokens; ++t) {
     if (t == 5 || t == 9) {
       for (int64_t j = 0; j < hidden; ++j) EXPECT_TRUE(std::isnan(out[t * hidden + j])) << "token " << t;

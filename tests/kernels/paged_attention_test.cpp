@@ -62,13 +62,6 @@ struct Case {
   Data data;
 };
 
-template <typename T>
-cuda::DeviceBuffer upload(const std::vector<T>& host) {
-  cuda::DeviceBuffer d(std::max<size_t>(host.size() * sizeof(T), 16));
-  d.upload(host.data(), host.size() * sizeof(T));
-  return d;
-}
-
 // Small integers (every 16-value block holds a +-6, so NVFP4 block scales are exact) for V.
 std::vector<float> small_integers(size_t n, std::mt19937_64& rng) {
   std::vector<float> v(n);
@@ -186,8 +179,8 @@ void run_case(const Case& c, std::mt19937_64& rng) {
     }
   }
 
-  auto d_pos = upload(b.positions), d_seq = upload(b.seq_of_token), d_tab = upload(b.tables);
-  auto d_sel = upload(selected), d_q = upload(q), d_pool = upload(pool);
+  auto d_pos = cuda::DeviceBuffer::copy_of(b.positions), d_seq = cuda::DeviceBuffer::copy_of(b.seq_of_token), d_tab = cuda::DeviceBuffer::copy_of(b.tables);
+  auto d_sel = cuda::DeviceBuffer::copy_of(selected), d_q = cuda::DeviceBuffer::copy_of(q), d_pool = cuda::DeviceBuffer::copy_of(pool);
   cuda::DeviceBuffer d_out(want.size() * sizeof(float));
   PagedAttentionParams pd = p;
   pd.ctx = {d_pos.as<int32_t>(), d_seq.as<int32_t>(), d_tab.as<int32_t>(), b.tokens(), b.num_seqs, b.max_blocks};
@@ -276,8 +269,8 @@ TEST_F(PagedAttentionKernels, InvalidDeviceIndicesGiveNanRowsOnly) {
   }
   const auto q = testing::random_floats(b.tokens() * q_heads * d, testing::Distribution::kGaussian, rng);
   const auto selected = random_selection(b, kv_heads, rng);
-  auto d_pos = upload(b.positions), d_seq = upload(b.seq_of_token), d_tab = upload(b.tables);
-  auto d_sel = upload(selected), d_q = upload(q), d_pool = upload(pool);
+  auto d_pos = cuda::DeviceBuffer::copy_of(b.positions), d_seq = cuda::DeviceBuffer::copy_of(b.seq_of_token), d_tab = cuda::DeviceBuffer::copy_of(b.tables);
+  auto d_sel = cuda::DeviceBuffer::copy_of(selected), d_q = cuda::DeviceBuffer::copy_of(q), d_pool = cuda::DeviceBuffer::copy_of(pool);
   const int64_t rows = b.tokens() * q_heads;
   cuda::DeviceBuffer d_out(rows * d * sizeof(float));
   PagedAttentionParams p{.ctx = {d_pos.as<int32_t>(), d_seq.as<int32_t>(), d_tab.as<int32_t>(), b.tokens(),

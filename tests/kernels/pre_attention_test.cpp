@@ -88,20 +88,6 @@ std::vector<uint8_t> random_bytes(size_t n, std::mt19937_64& rng) {
   return b;
 }
 
-template <typename T>
-cuda::DeviceBuffer upload(const std::vector<T>& v) {
-  cuda::DeviceBuffer d(std::max<size_t>(v.size(), 1) * sizeof(T));
-  if (!v.empty()) d.upload(v.data(), v.size() * sizeof(T));
-  return d;
-}
-
-template <typename T>
-std::vector<T> download(const cuda::DeviceBuffer& d, size_t n) {
-  std::vector<T> v(n);
-  d.download(v.data(), n * sizeof(T));
-  return v;
-}
-
 // Stage 1's bound, per head vector of the CPU's output y (max |y| = m):
 // - the GPU sums the squares in another order; in double the sums differ by about dim x 2^-53
 //   relative, so the float 1/rms can differ by one rounding, 2^-24 relative: |dy| <= 2^-23 m
@@ -202,10 +188,10 @@ void run_case(const Geometry& g, PageDType kv_dtype, PageDType index_dtype, std:
   cpu::pre_attention(c);
 
   // The GPU on every token, outputs poisoned.
-  const cuda::DeviceBuffer d_proj = upload(proj), d_q_dense = upload(q_dense), d_pos = upload(step.positions),
-                           d_seq = upload(step.seq_of_token), d_tables = upload(step.tables),
-                           d_qn = upload(q_norm), d_kn = upload(k_norm), d_iqn = upload(iq_norm),
-                           d_ikn = upload(ik_norm), d_kv = upload(kv_before), d_index = upload(index_before);
+  const cuda::DeviceBuffer d_proj = cuda::DeviceBuffer::copy_of(proj), d_q_dense = cuda::DeviceBuffer::copy_of(q_dense), d_pos = cuda::DeviceBuffer::copy_of(step.positions),
+                           d_seq = cuda::DeviceBuffer::copy_of(step.seq_of_token), d_tables = cuda::DeviceBuffer::copy_of(step.tables),
+                           d_qn = cuda::DeviceBuffer::copy_of(q_norm), d_kn = cuda::DeviceBuffer::copy_of(k_norm), d_iqn = cuda::DeviceBuffer::copy_of(iq_norm),
+                           d_ikn = cuda::DeviceBuffer::copy_of(ik_norm), d_kv = cuda::DeviceBuffer::copy_of(kv_before), d_index = cuda::DeviceBuffer::copy_of(index_before);
   cuda::DeviceBuffer d_q_out(all * qw * 4), d_k_out(all * kvw * 4), d_iq_out(std::max<int64_t>(all * iqw, 1) * 4),
       d_ik_out(std::max<int64_t>(all * ikw, 1) * 4);
   for (auto* b : {&d_q_out, &d_k_out, &d_iq_out, &d_ik_out}) b->fill(0xFF);  // NaN
@@ -225,8 +211,8 @@ void run_case(const Geometry& g, PageDType kv_dtype, PageDType index_dtype, std:
   FP4_CUDA_CHECK(cudaDeviceSynchronize());
 
   // Stage 1.
-  const auto got_q = download<float>(g.q_in_place ? d_q_dense : d_q_out, all * qw);
-  const auto got_k = download<float>(d_k_out, all * kvw);
+  const auto got_q = (g.q_in_place ? d_q_dense : d_q_out).download_vector<float>(all * qw);
+  const auto got_k = d_k_out.download_vector<float>(all * kvw);
   expect_close(got_q, want_q, g.head_dim, "q", valid * g.q_heads);
   expect_close(got_k, want_k, g.head_dim, "k", valid * g.kv_heads);
   // The token without a page still gets its q: the CPU's for that row alone, written to a page
@@ -255,15 +241,15 @@ void run_case(const Geometry& g, PageDType kv_dtype, PageDType index_dtype, std:
     expect_close(std::vector<float>(got_q.end() - qw, got_q.end()), lone_q, g.head_dim, "q of the pageless token",
                  g.q_heads);
     if (index) {
-      const auto got_iq = download<float>(d_iq_out, all * iqw);
+      const auto got_iq = d_iq_out.download_vector<float>(all * iqw);
       expect_close(std::vector<float>(got_iq.end() - iqw, got_iq.end()), lone_iq, g.index_head_dim,
                    "index_q of the pageless token", g.index_heads);
     }
   }
   std::vector<float> got_ik;
   if (index) {
-    const auto got_iq = download<float>(d_iq_out, all * iqw);
-    got_ik = download<float>(d_ik_out, all * ikw);
+    const auto got_iq = d_iq_out.download_vector<float>(all * iqw);
+    got_ik = d_ik_out.download_vector<float>(all * ikw);
     expect_close(got_iq, want_iq, g.index_head_dim, "index_q", valid * g.index_heads);
     expect_close(got_ik, want_ik, g.index_head_dim, "index_k", valid);
   }
@@ -281,7 +267,7 @@ void run_case(const Geometry& g, PageDType kv_dtype, PageDType index_dtype, std:
   std::vector<uint8_t> want_kv = kv_before;
   cpu::cache_insert({.layout = &kv_layout, .pool = want_kv.data(), .num_pages = step.num_pages, .k = got_k.data(),
                      .v = v.data(), .slots = slots.data(), .tokens = valid, .scales = kv_scales});
-  const auto got_kv = download<uint8_t>(d_kv, kv_before.size());
+  const auto got_kv = d_kv.download_vector<uint8_t>(kv_before.size());
   for (size_t i = 0; i < got_kv.size(); ++i) {
     ASSERT_EQ(got_kv[i], want_kv[i]) << "K/V page " << i / kv_layout.page_bytes << " byte " << i % kv_layout.page_bytes
                                      << (got_kv[i] == kv_before[i] ? " (not written)" : "");
@@ -291,7 +277,7 @@ void run_case(const Geometry& g, PageDType kv_dtype, PageDType index_dtype, std:
     cpu::cache_insert({.layout = &index_layout, .pool = want_index.data(), .num_pages = step.num_pages,
                        .k = got_ik.data(), .v = nullptr, .slots = slots.data(), .tokens = valid,
                        .scales = {index_scale, 1.0f}});
-    const auto got_index = download<uint8_t>(d_index, index_before.size());
+    const auto got_index = d_index.download_vector<uint8_t>(index_before.size());
     for (size_t i = 0; i < got_index.size(); ++i) {
       ASSERT_EQ(got_index[i], want_index[i]) << "index page " << i / index_layout.page_bytes << " byte "
                                              << i % index_layout.page_bytes

@@ -54,13 +54,6 @@ cuda::DeviceBuffer make_pool(const kvcache::PageLayout& layout, float scale, int
   return pool;
 }
 
-template <typename T>
-cuda::DeviceBuffer upload(const std::vector<T>& v) {
-  cuda::DeviceBuffer d(v.size() * sizeof(T));
-  d.upload(v.data(), v.size() * sizeof(T));
-  return d;
-}
-
 }  // namespace
 
 std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int reps) {
@@ -80,8 +73,8 @@ std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int 
         std::shuffle(tables.begin(), tables.end(), rng);
         std::iota(seqs.begin(), seqs.end(), 0);
         const auto q = gaussian(batch * kHeads * kDim, rng);
-        const cuda::DeviceBuffer d_tables = upload(tables), d_positions = upload(positions), d_seqs = upload(seqs),
-                                 d_q = upload(q);
+        const cuda::DeviceBuffer d_tables = cuda::DeviceBuffer::copy_of(tables), d_positions = cuda::DeviceBuffer::copy_of(positions), d_seqs = cuda::DeviceBuffer::copy_of(seqs),
+                                 d_q = cuda::DeviceBuffer::copy_of(q);
         cuda::DeviceBuffer d_selected(kHeads * batch * kTopk * sizeof(int32_t));
         IndexerTopkParams p{.ctx = {d_positions.as<int32_t>(), d_seqs.as<int32_t>(), d_tables.as<int32_t>(), batch,
                                     batch, blocks},

@@ -22,13 +22,6 @@ constexpr int64_t kQ = kQHeads * kDim, kKv = kKvHeads * kDim, kIq = kIndexHeads 
 constexpr int64_t kStride = kQ + 2 * kKv + kIq + kIk;  // one fused projection row
 constexpr int64_t kCheckedTokens = 8;
 
-template <typename T>
-cuda::DeviceBuffer upload(const std::vector<T>& v) {
-  cuda::DeviceBuffer d(v.size() * sizeof(T));
-  d.upload(v.data(), v.size() * sizeof(T));
-  return d;
-}
-
 struct Shape {
   int64_t tokens;
   bool prefill;
@@ -60,8 +53,8 @@ std::vector<Row> bench_pre_attention(const std::string& device, double copy_gbps
   };
   const auto q_norm = gaussian(kDim, 0.0f, 0.2f), k_norm = gaussian(kDim, 0.0f, 0.2f);
   const auto iq_norm = gaussian(kDim, 0.0f, 0.2f), ik_norm = gaussian(kDim, 0.0f, 0.2f);
-  const cuda::DeviceBuffer d_qn = upload(q_norm), d_kn = upload(k_norm), d_iqn = upload(iq_norm),
-                           d_ikn = upload(ik_norm);
+  const cuda::DeviceBuffer d_qn = cuda::DeviceBuffer::copy_of(q_norm), d_kn = cuda::DeviceBuffer::copy_of(k_norm), d_iqn = cuda::DeviceBuffer::copy_of(iq_norm),
+                           d_ikn = cuda::DeviceBuffer::copy_of(ik_norm);
   for (PageDType dtype : {PageDType::kBF16, PageDType::kFP8, PageDType::kNVFP4}) {
     const kvcache::PageLayout kv_layout = kvcache::kv_page_layout(dtype, kKvHeads, kDim);
     const kvcache::PageLayout index_layout = kvcache::index_page_layout(dtype, kDim);
@@ -90,8 +83,8 @@ std::vector<Row> bench_pre_attention(const std::string& device, double copy_gbps
         }
       }
       const auto proj = gaussian(t * kStride, 0.0f, 1.0f);
-      const cuda::DeviceBuffer d_proj = upload(proj), d_pos = upload(positions), d_seqs = upload(seqs),
-                               d_tables = upload(tables);
+      const cuda::DeviceBuffer d_proj = cuda::DeviceBuffer::copy_of(proj), d_pos = cuda::DeviceBuffer::copy_of(positions), d_seqs = cuda::DeviceBuffer::copy_of(seqs),
+                               d_tables = cuda::DeviceBuffer::copy_of(tables);
       cuda::DeviceBuffer d_kv(num_pages * kv_layout.page_bytes), d_index(num_pages * index_layout.page_bytes),
           d_q(t * kQ * 4), d_iq(t * kIq * 4);
       const float* p = d_proj.as<float>();

@@ -16,6 +16,9 @@ void router(const RouterParams& p);
 void cache_insert(const CacheInsertParams& p);
 void pre_attention(const PreAttentionParams& p);
 void expert_gemm(const ExpertGemmParams& p);
+// expert_gemm with every product replaced by its magnitude: y = g * sum |x w|, the scale of the
+// sum's rounding error (what the GPU kernel's test and benchmark bound it by).
+void expert_gemm_magnitude(const ExpertGemmParams& p);
 void moe_dispatch(const MoeDispatchParams& p);
 void moe_gather(const MoeGatherParams& p);
 void moe_combine(const MoeCombineParams& p);

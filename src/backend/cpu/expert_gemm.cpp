@@ -11,7 +11,11 @@
 
 namespace fp4::cpu {
 
-void expert_gemm(const ExpertGemmParams& p) {
+namespace {
+
+// y = g * sum x w, or with kMagnitude g * sum |x w|.
+template <bool kMagnitude>
+void run(const ExpertGemmParams& p) {
   FP4_CHECK(p.experts > 0 && p.n > 0 && p.k > 0 && p.k % kNvfp4BlockElems == 0,
             "expert_gemm: {} experts of [{}, {}] (k a multiple of 16)", p.experts, p.n, p.k);
   FP4_CHECK(p.row_offsets[0] == 0 && p.row_offsets[p.experts] == p.rows,
@@ -34,11 +38,19 @@ void expert_gemm(const ExpertGemmParams& p) {
       for (int64_t r = p.row_offsets[e]; r < p.row_offsets[e + 1]; ++r) {
         const uint16_t* x = p.x + r * p.k;
         double acc = 0.0;
-        for (int64_t c = 0; c < p.k; ++c) acc += static_cast<double>(bf16_decode(x[c])) * w[c];
+        for (int64_t c = 0; c < p.k; ++c) {
+          const double product = static_cast<double>(bf16_decode(x[c])) * w[c];
+          acc += kMagnitude ? std::abs(product) : product;
+        }
         p.y[r * p.n + j] = static_cast<float>(acc) * p.global_scales[e];
       }
     }
   });
 }
+
+}  // namespace
+
+void expert_gemm(const ExpertGemmParams& p) { run<false>(p); }
+void expert_gemm_magnitude(const ExpertGemmParams& p) { run<true>(p); }
 
 }  // namespace fp4::cpu

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -42,6 +43,22 @@ class DeviceBuffer {
   void upload(const void* host, size_t bytes);
   void download(void* host, size_t bytes) const;
   void fill(unsigned char byte);
+
+  // A buffer holding a copy of `host`; at least 16 bytes, so that an empty vector still gives a
+  // valid, aligned pointer.
+  template <typename T>
+  static DeviceBuffer copy_of(const std::vector<T>& host) {
+    DeviceBuffer d(std::max<size_t>(host.size() * sizeof(T), 16));
+    if (!host.empty()) d.upload(host.data(), host.size() * sizeof(T));
+    return d;
+  }
+  // The first n elements, as T.
+  template <typename T>
+  std::vector<T> download_vector(size_t n) const {
+    std::vector<T> v(n);
+    if (n > 0) download(v.data(), n * sizeof(T));
+    return v;
+  }
 
  private:
   void* ptr_ = nullptr;
