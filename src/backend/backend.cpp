@@ -6,6 +6,8 @@ std::string_view model_op_name(ModelOp op) {
   switch (op) {
     case ModelOp::kLinear: return "linear";
     case ModelOp::kRmsNorm: return "rms_norm";
+    case ModelOp::kAddRmsNorm: return "add_rms_norm";
+    case ModelOp::kGatherRows: return "gather_rows";
     case ModelOp::kRope: return "rope";
     case ModelOp::kGatedActivation: return "gated_activation";
     case ModelOp::kCacheInsert: return "cache_insert";

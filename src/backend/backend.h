@@ -4,6 +4,8 @@
 // and tests can skip honestly instead of failing obscurely.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 #include "backend/model_ops.h"
@@ -13,6 +15,8 @@ namespace fp4 {
 enum class ModelOp : uint8_t {
   kLinear,
   kRmsNorm,
+  kAddRmsNorm,
+  kGatherRows,
   kRope,
   kGatedActivation,
   kCacheInsert,
@@ -34,8 +38,28 @@ class Backend {
   virtual bool supports(ModelOp op,
                         kvcache::PageDType page_dtype = kvcache::PageDType::kFP32) const = 0;
 
+  // Memory the ops take: host memory for the CPU backend, device memory for a GPU's. allocate
+  // gives uninitialized memory aligned to 256 bytes (nullptr for 0 bytes). Copies and fills are
+  // ordered after the ops already issued; copy_from_host may reuse `src` as soon as it returns;
+  // copy_to_host returns once the bytes are on the host.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* p) noexcept = 0;
+  virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  // True when the ops read host memory, so host data (the weights) needs no copy.
+  virtual bool uses_host_memory() const = 0;
+  // The device memory allocate() draws from, total and free now; zeros for host memory (whose
+  // size the engine reads from the operating system).
+  struct MemoryStats {
+    int64_t total_bytes = 0, free_bytes = 0;
+  };
+  virtual MemoryStats device_memory() const { return {}; }
+
   virtual void linear(const LinearParams& p) = 0;
   virtual void rms_norm(const RmsNormParams& p) = 0;
+  virtual void add_rms_norm(const AddRmsNormParams& p) = 0;
+  virtual void gather_rows(const GatherRowsParams& p) = 0;
   virtual void rope(const RopeParams& p) = 0;
   virtual void gated_activation(const GatedActivationParams& p) = 0;
   virtual void cache_insert(const CacheInsertParams& p) = 0;

@@ -36,6 +36,28 @@ struct RmsNormParams {
   bool gemma = false;
 };
 
+// The residual add fused with the RMSNorm that follows it: x += delta (FP32, in place), then
+// y = rms_norm(x) with rms_norm's arithmetic. delta == nullptr: the norm alone.
+struct AddRmsNormParams {
+  float* x = nullptr;             // [rows, dim]
+  const float* delta = nullptr;   // [rows, dim] or nullptr
+  const float* weight = nullptr;  // [dim]
+  float* y = nullptr;             // [rows, dim]; must not alias x or delta
+  int64_t rows = 0, dim = 0;
+  float eps = 1e-6f;
+  bool gemma = false;
+};
+
+// out[i] = table[ids[i]]: the embedding lookup, and the picking of the rows whose logits are
+// wanted. Every id must be in [0, table_rows).
+struct GatherRowsParams {
+  const float* table = nullptr;  // [table_rows, dim]
+  int64_t table_rows = 0, dim = 0;
+  const int32_t* ids = nullptr;  // [count]
+  int64_t count = 0;
+  float* out = nullptr;          // [count, dim]
+};
+
 // Half-split ("NeoX") rotary embedding on the first rotary_dim dims of every head, in place:
 // pair (j, j + rotary_dim/2) rotates by angle p * theta^(-2j/rotary_dim), computed in double and
 // its cos/sin rounded to float, for j < rotary_dim / 2.

@@ -46,8 +46,8 @@ LlmEngine::LlmEngine(const LoadedModel& model, EngineConfig config)
                   config.num_pages);
         return config;
       }()),
-      memory_(model.config, config_.cache, config_.num_pages),
-      runner_(model.config, model.weights, *model.backend, memory_),
+      memory_(model.config, config_.cache, config_.num_pages, *model.backend),
+      runner_(model.config, model.weights, *model.resident, *model.backend, memory_),
       kv_(static_cast<int32_t>(config_.num_pages), kvcache::random_prefix_hash_key()),
       scheduler_(config_.scheduler, kv_) {
   for (int64_t l = 0; l < model.config.num_layers; ++l) {

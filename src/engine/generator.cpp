@@ -23,8 +23,8 @@ int64_t pages_for(const GeneratorOptions& o, int64_t max_total_tokens) {
 Generator::Generator(const LoadedModel& model, GeneratorOptions options, int64_t max_total_tokens)
     : model_(model),
       options_(options),
-      memory_(model.config, options.cache, pages_for(options, max_total_tokens)),
-      runner_(model.config, model.weights, *model.backend, memory_),
+      memory_(model.config, options.cache, pages_for(options, max_total_tokens), *model.backend),
+      runner_(model.config, model.weights, *model.resident, *model.backend, memory_),
       manager_(static_cast<int32_t>(memory_.num_pages()), kvcache::random_prefix_hash_key()) {
   for (int64_t l = 0; l < model.config.num_layers; ++l) {
     const model::AttentionWeights& a = model.weights.layers[l].attn;

@@ -29,6 +29,12 @@ MemoryInfo host_memory() {
   return m;
 }
 
+MemoryInfo backend_memory(const Backend& backend) {
+  const Backend::MemoryStats device = backend.device_memory();
+  if (device.total_bytes == 0) return host_memory();
+  return {.total_bytes = device.total_bytes, .available_bytes = device.free_bytes};
+}
+
 KvPoolPlan plan_kv_pool(const model::ModelConfig& config, model::CacheFormats formats,
                         const MemoryInfo& memory, const KvPoolRequest& r) {
   FP4_CHECK(r.memory_utilization > 0 && r.memory_utilization <= 1,

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/backend.h"
 #include "model/config.h"
 #include "model/kv_memory.h"
 
@@ -21,6 +22,9 @@ struct MemoryInfo {
 
 // This machine's memory from /proc/meminfo (MemTotal, MemAvailable).
 MemoryInfo host_memory();
+// The memory `backend` allocates from: its device's (after the weights it holds), or the
+// host's.
+MemoryInfo backend_memory(const Backend& backend);
 
 struct KvPoolRequest {
   double memory_utilization = 0.9;  // --gpu-memory-utilization

@@ -4,14 +4,34 @@
 #include <filesystem>
 
 #include "backend/cpu/cpu_backend.h"
+#if FP4_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device.h"
+#endif
 #include "core/check.h"
 #include "kvcache/cache_dtype.h"
 #include "model/checkpoint.h"
 
 namespace fp4::engine {
 
+std::unique_ptr<Backend> make_backend(const std::string& device) {
+  FP4_CHECK(device == "auto" || device == "cpu" || device == "cuda",
+            "--device {}: expected auto, cpu or cuda", device);
+  if (device == "cpu") return std::make_unique<cpu::CpuBackend>();
+#if FP4_HAVE_CUDA
+  const bool gpu = cuda::device_count() > 0;
+  FP4_CHECK(gpu || device == "auto", "--device cuda: no CUDA device is visible");
+  if (gpu) return std::make_unique<cuda::CudaBackend>();
+#else
+  FP4_CHECK(device == "auto", "--device cuda: this build of fp4serve has no CUDA backend");
+#endif
+  return std::make_unique<cpu::CpuBackend>();
+}
+
 LoadedModel load_model(const LoadOptions& options) {
   namespace fs = std::filesystem;
+  // The backend first: a bad --device fails before minutes of loading.
+  std::unique_ptr<Backend> backend = make_backend(options.device);
   const auto start = std::chrono::steady_clock::now();
   FP4_CHECK(fs::is_directory(options.model_dir), "--model {}: not a directory", options.model_dir);
   LoadedModel m;
@@ -27,7 +47,8 @@ LoadedModel load_model(const LoadOptions& options) {
               "{}: {} tokens, more than the model's vocab_size {}", tok.string(),
               m.tokenizer->vocab_size(), m.config.vocab_size);
   }
-  m.backend = std::make_unique<cpu::CpuBackend>();
+  m.backend = std::move(backend);
+  m.resident = std::make_unique<model::ResidentWeights>(m.weights, *m.backend);
   m.load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return m;

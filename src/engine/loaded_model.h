@@ -10,6 +10,7 @@
 #include "model/config.h"
 #include "model/kv_memory.h"
 #include "model/model_weights.h"
+#include "model/resident_weights.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fp4::engine {
@@ -17,13 +18,20 @@ namespace fp4::engine {
 struct LoadOptions {
   std::string model_dir;
   bool progress = false;  // force the loading progress bar even when stderr is not a terminal
+  std::string device = "auto";  // --device: cuda, cpu, or auto (cuda when a GPU is visible)
 };
+
+// The backend for a --device value: "cpu", "cuda" (an fp4::Error when this build has no CUDA
+// backend or no GPU is visible) or "auto" (the GPU when there is one, else the CPU).
+std::unique_ptr<Backend> make_backend(const std::string& device);
 
 struct LoadedModel {
   model::ModelConfig config;
   model::ModelWeights weights;
   std::optional<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<Backend> backend;
+  // The weights where the backend reads them (after `backend`: released before it).
+  std::unique_ptr<model::ResidentWeights> resident;
   double load_seconds = 0;
 };
 

@@ -2,16 +2,19 @@
 // interface. A step is any mix of prefill chunks and decode tokens: every new token of every
 // sequence is one row, with its absolute position and its sequence's block table. The step
 // writes the new tokens' K/V (and index K) into the paged caches, then attends over them.
-// The arithmetic of each layer is docs/model.md's.
+// The arithmetic of each layer is docs/model.md's. Weights, caches and activations live where
+// the backend's ops read them (Buffer); only the step's indices go in and the logits come out.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/buffer.h"
 #include "model/config.h"
 #include "model/kv_memory.h"
 #include "model/model_weights.h"
+#include "model/resident_weights.h"
 
 namespace fp4::model {
 
@@ -27,30 +30,42 @@ struct StepBatch {
 
 class ModelRunner {
  public:
-  ModelRunner(const ModelConfig& config, const ModelWeights& weights, Backend& backend,
-              KvMemory& cache);
+  // Everything given must outlive the runner; `resident` holds `weights` where `backend` reads
+  // them, and `cache` was allocated from `backend`.
+  ModelRunner(const ModelConfig& config, const ModelWeights& weights,
+              const ResidentWeights& resident, Backend& backend, KvMemory& cache);
 
   // Runs the step; returns logits [logit_rows.size(), vocab_size].
   std::vector<float> forward(const StepBatch& batch);
 
-  // The blocks the indexer chose in the last step, per MSA layer: [kv_heads, T, topk].
-  // Kept so tests can check that selection is really sparse.
-  const std::vector<std::vector<int32_t>>& last_selection() const { return selection_; }
+  // The blocks the indexer chose in the last step, per layer ([kv_heads, T, topk] on MSA
+  // layers, empty on dense ones), copied to the host. Kept so tests and callers can check that
+  // selection is really sparse.
+  std::vector<std::vector<int32_t>> last_selection() const;
 
   const ModelConfig& config() const { return config_; }
+  Backend& backend() const { return backend_; }
 
  private:
-  void attention(int64_t layer, const StepBatch& batch, const std::vector<float>& normed,
-                 std::vector<float>& out);
+  // The batch's indices in the backend's memory.
+  struct Step {
+    Buffer<int32_t> tokens, positions, seq_of_token, block_tables, logit_rows;
+    PagedContext ctx;
+  };
+  Step upload(const StepBatch& b);
+
+  void attention(int64_t layer, const Step& step, const float* x, float* out);
   void mlp(const MlpWeights& w, const float* x, int64_t rows, float* out);
-  void moe(const MoeWeights& w, const std::vector<float>& x, int64_t rows, std::vector<float>& out);
-  std::vector<float> linear(const LinearWeight& w, const float* x, int64_t rows);
+  void moe(const MoeWeights& w, const float* x, int64_t rows, float* out);
+  void linear(const LinearWeight& w, const float* x, int64_t rows, float* y);
+  Buffer<float> floats(int64_t n) { return Buffer<float>(backend_, static_cast<size_t>(n)); }
 
   const ModelConfig& config_;
   const ModelWeights& weights_;
   Backend& backend_;
   KvMemory& cache_;
-  std::vector<std::vector<int32_t>> selection_;
+  const ResidentWeights& resident_;
+  std::vector<Buffer<int32_t>> selection_;
 };
 
 }  // namespace fp4::model

@@ -25,13 +25,19 @@ int64_t KvMemory::page_bytes(const ModelConfig& c, CacheFormats f) {
   return bytes;
 }
 
-KvMemory::KvMemory(const ModelConfig& c, CacheFormats formats, int64_t num_pages)
+KvMemory::KvMemory(const ModelConfig& c, CacheFormats formats, int64_t num_pages,
+                   Backend& backend)
     : formats_(formats), num_pages_(num_pages) {
   FP4_CHECK(num_pages > 0, "the KV cache needs at least one page, got {}", num_pages);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerCache l = layout_layer(c, formats, c.sparse_layer[i]);
-    l.kv_pages.assign(static_cast<size_t>(num_pages * l.kv.page_bytes), 0);
-    if (l.sparse) l.index_pages.assign(static_cast<size_t>(num_pages * l.index.page_bytes), 0);
+    // Zeroed: a page slot not yet written decodes to zeros in every format.
+    l.kv_pages = Buffer<uint8_t>(backend, static_cast<size_t>(num_pages * l.kv.page_bytes));
+    l.kv_pages.zero();
+    if (l.sparse) {
+      l.index_pages = Buffer<uint8_t>(backend, static_cast<size_t>(num_pages * l.index.page_bytes));
+      l.index_pages.zero();
+    }
     layers_.push_back(std::move(l));
   }
 }

@@ -1,4 +1,4 @@
-// The paged caches of every layer, in host memory: one pool of pages per layer for K/V and, on
+// The paged caches of every layer, in the backend's memory: one pool of pages per layer for K/V and, on
 // MSA layers, one for index K. A page id means the same 128 tokens in every pool, so one block
 // table per sequence addresses all of them (vLLM keeps one per cache group; the pages of the
 // two caches are allocated and freed together, so one id suffices).
@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/buffer.h"
 #include "kvcache/page_io.h"
 #include "kvcache/page_layout.h"
 #include "model/config.h"
@@ -20,17 +21,18 @@ struct CacheFormats {
 
 struct LayerCache {
   kvcache::PageLayout kv;
-  std::vector<uint8_t> kv_pages;   // [num_pages, kv.page_bytes]
+  Buffer<uint8_t> kv_pages;        // [num_pages, kv.page_bytes]
   kvcache::KvScales kv_scales;     // FP8 scale / NVFP4 global scale, dequantization direction
   bool sparse = false;
   kvcache::PageLayout index;
-  std::vector<uint8_t> index_pages;  // [num_pages, index.page_bytes] on MSA layers
+  Buffer<uint8_t> index_pages;     // [num_pages, index.page_bytes] on MSA layers
   float index_scale = 1.0f;
 };
 
 class KvMemory {
  public:
-  KvMemory(const ModelConfig& config, CacheFormats formats, int64_t num_pages);
+  // Zeroed pools allocated from `backend`, which must outlive this.
+  KvMemory(const ModelConfig& config, CacheFormats formats, int64_t num_pages, Backend& backend);
 
   // Bytes one page takes across all layers' caches.
   static int64_t page_bytes(const ModelConfig& config, CacheFormats formats);

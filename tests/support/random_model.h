@@ -103,6 +103,7 @@ inline engine::LoadedModel random_model(const model::ModelConfig& c, std::mt1993
   m.weights.final_norm = random_norm(h, rng);
   m.weights.lm_head = random_linear(c.vocab_size, h, rng);
   m.backend = std::make_unique<cpu::CpuBackend>();
+  m.resident = std::make_unique<model::ResidentWeights>(m.weights, *m.backend);
   return m;
 }
 

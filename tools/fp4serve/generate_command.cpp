@@ -36,6 +36,7 @@ struct GenerateFlags {
   std::string dump_logits;
   std::string dump_selection;
   bool progress = false;
+  std::string device = "auto";
 };
 
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& what) {
@@ -84,7 +85,7 @@ std::vector<int32_t> prompt_tokens(const GenerateFlags& f, const engine::LoadedM
 
 void run_generate(const GenerateFlags& f) {
   set_default_num_threads(f.threads);
-  engine::LoadOptions load{f.model, f.progress};
+  engine::LoadOptions load{f.model, f.progress, f.device};
   const engine::LoadedModel m = engine::load_model(load);
   engine::GenerateRequest req;
   req.prompt = prompt_tokens(f, m);
@@ -213,6 +214,8 @@ void add_generate_command(CLI::App& app, int& exit_code) {
                   "Write, as JSON, the blocks the MSA indexer chose for the prompt's last token "
                   "(per layer, per KV head; null for dense layers)");
   sub->add_flag("--progress", flags->progress, "Show the loading progress bar even when piped");
+  sub->add_option("--device", flags->device, "auto (the GPU when one is visible), cuda, cpu")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   sub->callback([flags, &exit_code, sub] {
     flags->prompt_given = sub->count("--prompt") > 0;
     run_generate(*flags);

@@ -41,6 +41,7 @@ struct ServeFlags {
   int threads = 0;
   int64_t max_body_bytes = int64_t{32} << 20;
   bool progress = false;
+  std::string device = "auto";
 };
 
 // The built-in models' config.json says how they were made. A random-weights model is announced
@@ -77,12 +78,12 @@ void run_serve(const ServeFlags& f) {
   const std::filesystem::path model_dir = f.model.empty() ? default_model_dir() : std::filesystem::path(f.model);
   if (f.model.empty()) fmt::print(stderr, "fp4serve serve: no --model given: serving {}\n", model_dir.string());
   announce_init_kind(model_dir);
-  const engine::LoadedModel model = engine::load_model({model_dir.string(), f.progress});
+  const engine::LoadedModel model = engine::load_model({model_dir.string(), f.progress, f.device});
   FP4_CHECK(model.tokenizer.has_value(), "{} has no tokenizer.json; the server needs one",
             model_dir.string());
-  fmt::print(stderr, "fp4serve serve: loaded {} ({} layers, hidden {}, vocab {}) in {:.2f} s\n",
+  fmt::print(stderr, "fp4serve serve: loaded {} ({} layers, hidden {}, vocab {}) in {:.2f} s, on {}\n",
              model_dir.string(), model.config.num_layers, model.config.hidden_size,
-             model.config.vocab_size, model.load_seconds);
+             model.config.vocab_size, model.load_seconds, model.backend->name());
 
   engine::EngineConfig config;
   config.cache = engine::cache_formats(f.kv_cache_dtype, f.index_cache_dtype);
@@ -93,11 +94,12 @@ void run_serve(const ServeFlags& f) {
             model.config.max_position_embeddings);
   config.scheduler = {.max_num_seqs = f.max_num_seqs, .max_num_batched_tokens = f.max_num_batched_tokens};
   // On the CPU more pages than max_num_seqs full-length sequences could use would only take
-  // memory from the rest of the machine.
+  // memory from the rest of the machine; a GPU's memory is the engine's, as in vLLM.
+  const bool host = model.backend->uses_host_memory();
   const engine::KvPoolPlan plan = engine::plan_kv_pool(
-      model.config, config.cache, engine::host_memory(),
+      model.config, config.cache, engine::backend_memory(*model.backend),
       {.memory_utilization = f.gpu_memory_utilization, .kv_cache_memory = f.kv_cache_memory,
-       .max_model_len = config.max_model_len, .max_num_seqs = f.max_num_seqs});
+       .max_model_len = config.max_model_len, .max_num_seqs = host ? f.max_num_seqs : 0});
   config.num_pages = plan.num_pages;
   fmt::print(stderr, "fp4serve serve: KV cache {} / index cache {}\n{}\n",
              kvcache::page_dtype_name(config.cache.kv), kvcache::page_dtype_name(config.cache.index),
@@ -163,6 +165,8 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   sub->add_option("--max-body-bytes", f->max_body_bytes, "Largest request body accepted (413 beyond)")
       ->capture_default_str()->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
   sub->add_flag("--progress", f->progress, "Show the loading progress bar even when piped");
+  sub->add_option("--device", f->device, "auto (the GPU when one is visible), cuda, cpu")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   sub->callback([f, &exit_code] {
     run_serve(*f);
     exit_code = 0;

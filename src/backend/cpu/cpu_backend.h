@@ -10,6 +10,8 @@ namespace fp4::cpu {
 // The ops as free functions, so tests can call the reference without a Backend object.
 void linear(const LinearParams& p);
 void rms_norm(const RmsNormParams& p);
+void add_rms_norm(const AddRmsNormParams& p);
+void gather_rows(const GatherRowsParams& p);
 void rope(const RopeParams& p);
 void gated_activation(const GatedActivationParams& p);
 void router(const RouterParams& p);
@@ -30,8 +32,17 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
   bool supports(ModelOp, kvcache::PageDType) const override { return true; }
 
+  void* allocate(size_t bytes) override;
+  void release(void* p) noexcept override;
+  void copy_from_host(void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const void* src, size_t bytes) override;
+  void fill_zero(void* dst, size_t bytes) override;
+  bool uses_host_memory() const override { return true; }
+
   void linear(const LinearParams& p) override { cpu::linear(p); }
   void rms_norm(const RmsNormParams& p) override { cpu::rms_norm(p); }
+  void add_rms_norm(const AddRmsNormParams& p) override { cpu::add_rms_norm(p); }
+  void gather_rows(const GatherRowsParams& p) override { cpu::gather_rows(p); }
   void rope(const RopeParams& p) override { cpu::rope(p); }
   void gated_activation(const GatedActivationParams& p) override { cpu::gated_activation(p); }
   void cache_insert(const CacheInsertParams& p) override { cpu::cache_insert(p); }

@@ -64,6 +64,31 @@ void rms_norm(const RmsNormParams& p) {
   });
 }
 
+void add_rms_norm(const AddRmsNormParams& p) {
+  FP4_CHECK(p.dim > 0 && p.eps > 0, "add_rms_norm: dim {} and eps {} must be positive", p.dim, p.eps);
+  if (p.delta != nullptr) {
+    const int64_t n = p.rows * p.dim;
+    parallel_for_cost(n, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) p.x[i] += p.delta[i];
+    });
+  }
+  rms_norm({.x = p.x, .weight = p.weight, .y = p.y, .rows = p.rows, .dim = p.dim, .eps = p.eps,
+            .gemma = p.gemma});
+}
+
+void gather_rows(const GatherRowsParams& p) {
+  FP4_CHECK(p.count >= 0 && p.dim >= 0, "gather_rows: negative size count={} dim={}", p.count, p.dim);
+  for (int64_t i = 0; i < p.count; ++i) {
+    FP4_CHECK(p.ids[i] >= 0 && p.ids[i] < p.table_rows, "gather_rows: row id {} is outside the "
+              "table's {} rows", p.ids[i], p.table_rows);
+  }
+  parallel_for_cost(p.count, p.dim, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      std::copy_n(p.table + int64_t{p.ids[i]} * p.dim, p.dim, p.out + i * p.dim);
+    }
+  });
+}
+
 void rope(const RopeParams& p) {
   FP4_CHECK(p.rotary_dim % 2 == 0 && p.rotary_dim <= p.head_dim,
             "rope: rotary_dim {} must be even and at most head_dim {}", p.rotary_dim, p.head_dim);

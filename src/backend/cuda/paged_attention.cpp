@@ -39,12 +39,17 @@ void check_params(const PagedAttentionParams& p) {
             "cuda paged_attention: {} query heads do not split over {} KV heads", p.q_heads, p.kv_heads);
   FP4_CHECK(p.q_heads / p.kv_heads <= 16, "cuda paged_attention: {} query heads per KV head; the "
             "kernels take at most 16", p.q_heads / p.kv_heads);
-  FP4_CHECK(p.head_dim == 32 || p.head_dim == 64 || p.head_dim == 128,
-            "cuda paged_attention: head_dim {} is not supported (32, 64 or 128)", p.head_dim);
-  FP4_CHECK(l.heads == p.kv_heads && l.head_dim == p.head_dim && l.groups == l.heads,
+  FP4_CHECK(p.head_dim == 32 || p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 8 || p.head_dim == 16,
+            "cuda paged_attention: head_dim {} is not supported (8, 16, 32, 64 or 128)", p.head_dim);
+  // A head's K row must be whole 16-byte vectors: 8 dims in FP32 or BF16, 16 in FP8 too.
+  const int64_t bits = l.dtype == PageDType::kFP32 ? 32 : l.dtype == PageDType::kBF16 ? 16 : l.dtype == PageDType::kFP8 ? 8 : 4;
+  FP4_CHECK(p.head_dim * bits % 128 == 0,
+            "cuda paged_attention: heads of {} dims in {} pages are not whole 16-byte rows", p.head_dim,
+            kvcache::page_dtype_name(l.dtype));
+  FP4_CHECK(l.heads == p.kv_heads && l.head_dim == p.head_dim && (l.groups == l.heads || l.groups == 1),
             "cuda paged_attention: the page layout holds {} heads of {} dims in {} groups, the params "
-            "{} KV heads of {} dims (one group per head)", l.heads, l.head_dim, l.groups, p.kv_heads,
-            p.head_dim);
+            "{} KV heads of {} dims (one group per head, or one for all)", l.heads, l.head_dim, l.groups,
+            p.kv_heads, p.head_dim);
   FP4_CHECK(l.page_tokens == detail::kBlockTokens, "cuda paged_attention: pages of {} tokens, the "
             "kernels read {}-token pages", l.page_tokens, detail::kBlockTokens);
   FP4_CHECK(l.page_bytes % 16 == 0 && l.k_codes.offset % 16 == 0 && l.v_codes.offset % 16 == 0,
@@ -74,15 +79,21 @@ void check_params(const PagedAttentionParams& p) {
             "cuda paged_attention: {} tokens of {} heads are too many for one launch", c.tokens, p.q_heads);
 }
 
-detail::AttentionKernel resolve(AttentionKernelChoice choice, PageDType dtype) {
+detail::AttentionKernel resolve(AttentionKernelChoice choice, const kvcache::PageLayout& layout) {
+  const PageDType dtype = layout.dtype;
+  const int head_dim = layout.head_dim;
+  const bool flat = layout.groups != layout.heads;
   const bool fp32 = dtype == PageDType::kFP32;
   switch (choice) {
     case AttentionKernelChoice::kAuto:
-      return fp32 ? detail::AttentionKernel::kCudaCore : detail::AttentionKernel::kTensorCore;
+      return fp32 || flat || head_dim < 32 ? detail::AttentionKernel::kCudaCore
+                                           : detail::AttentionKernel::kTensorCore;
     case AttentionKernelChoice::kCudaCore: return detail::AttentionKernel::kCudaCore;
     case AttentionKernelChoice::kTensorCore:
       FP4_CHECK(!fp32, "cuda paged_attention: the tensor-core kernel needs BF16, FP8 or NVFP4 "
                 "pages (FP32 keys are not exact in BF16)");
+      FP4_CHECK(head_dim >= 32 && !flat, "cuda paged_attention: the tensor-core kernel takes "
+                "head-major pages with heads of 32 dims or more, not {}", head_dim);
       return detail::AttentionKernel::kTensorCore;
   }
   fail_internal("paged_attention: unknown kernel choice {}", static_cast<int>(choice));
@@ -108,6 +119,7 @@ detail::AttentionArgs make_args(const PagedAttentionParams& p) {
   a.v_codes = l.v_codes.offset;
   a.v_scales = l.v_scales.offset;
   a.format = kv_format(l.dtype);
+  a.flat_heads = l.groups != l.heads;
   const bool scaled = l.dtype == PageDType::kFP8 || l.dtype == PageDType::kNVFP4;
   a.k_scale = scaled ? p.scales.k : 1.0f;
   a.v_scale = scaled ? p.scales.v : 1.0f;
@@ -200,7 +212,7 @@ size_t workspace_bytes(const PagedAttentionParams& p, const SplitPlan& plan) {
 size_t paged_attention_workspace_bytes(const PagedAttentionParams& p,
                                        const PagedAttentionOptions& options) {
   check_params(p);
-  const detail::AttentionKernel kernel = resolve(options.kernel, p.layout->dtype);
+  const detail::AttentionKernel kernel = resolve(options.kernel, *p.layout);
   if (p.ctx.tokens == 0) return 0;
   return workspace_bytes(p, plan_splits(p, options, make_args(p), kernel));
 }
@@ -208,7 +220,7 @@ size_t paged_attention_workspace_bytes(const PagedAttentionParams& p,
 void paged_attention(const PagedAttentionParams& p, void* workspace, size_t workspace_size,
                      cudaStream_t stream, const PagedAttentionOptions& options) {
   check_params(p);
-  const detail::AttentionKernel kernel = resolve(options.kernel, p.layout->dtype);
+  const detail::AttentionKernel kernel = resolve(options.kernel, *p.layout);
   if (p.ctx.tokens == 0) return;
   detail::AttentionArgs a = make_args(p);
   const SplitPlan plan = plan_splits(p, options, a, kernel);

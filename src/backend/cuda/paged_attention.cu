@@ -44,10 +44,10 @@ struct RawChunk {
 };
 
 // Vector i of the chunk is piece i % kVecsPerRow of key i / kVecsPerRow, so a warp reads whole
-// rows, contiguous in the page. Keys at or past `valid` are not read and stay zero.
+// rows, contiguous in the page (head-major pages; flattened ones step over the other heads). Keys at or past `valid` are not read and stay zero.
 template <KvFormat F, int D>
 __device__ __forceinline__ void load_chunk(RawChunk<F, D>& r, const uint8_t* page, int64_t codes,
-                                           int64_t scales, int row0, int valid) {
+                                           int64_t scales, int row0, int key_step, int valid) {
   using R = Rows<F, D>;
 #pragma unroll
   for (int j = 0; j < R::kPerThread; ++j) {
@@ -56,7 +56,7 @@ __device__ __forceinline__ void load_chunk(RawChunk<F, D>& r, const uint8_t* pag
     r.v[j] = make_uint4(0, 0, 0, 0);
     r.scales[j] = 0;
     if (i < R::kVecs && key < valid) {
-      const int64_t row = row0 + key;
+      const int64_t row = row0 + (key_step == 1 ? key : key * key_step);
       r.v[j] = __ldg(reinterpret_cast<const uint4*>(page + codes + row * R::kRowBytes) + piece);
       if constexpr (F == KvFormat::kNVFP4) {
         constexpr int kScaleRowBytes = D / kNvfp4BlockElems;
@@ -115,13 +115,14 @@ __device__ __forceinline__ void store_chunk(const RawChunk<F, D>& r, float scale
 template <KvFormat F, int D, int GP>
 __global__ void __launch_bounds__(kThreads) attention_cuda_core(const AttentionArgs a) {
   constexpr int kHeads = GP / kWarps;  // query heads per warp
-  constexpr int kDims = D / 32;        // output dims per lane
+  constexpr int kDims = D >= 32 ? D / 32 : 1;  // output dims per lane (lanes past D idle)
   constexpr int kPitch = D + 4;        // row pitch: lane-per-row reads hit 8 distinct banks
   __shared__ __align__(16) float q_s[GP][D];
   __shared__ __align__(16) float k_s[kChunk][kPitch];
   __shared__ __align__(16) float v_s[kChunk][kPitch];
   __shared__ __align__(16) float p_s[kWarps][kHeads][kChunk];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int dim_lane = D >= 32 ? lane : min(lane, D - 1);  // a valid column for every lane to read
   CtaWork w = cta_work(a);
 
   for (int i = threadIdx.x; i < GP * D / 4; i += kThreads) {
@@ -145,10 +146,12 @@ __global__ void __launch_bounds__(kThreads) attention_cuda_core(const AttentionA
     if (page == nullptr) continue;
     for (int c0 = 0; c0 < keys; c0 += kChunk) {
       const int valid = min(kChunk, keys - c0);
-      const int row0 = w.g * kBlockTokens + c0;
+      const bool flat = D < 16 && a.flat_heads;  // only heads under one NVFP4 block are flattened
+      const int key_step = flat ? a.kv_heads : 1;
+      const int row0 = flat ? c0 * a.kv_heads + w.g : w.g * kBlockTokens + c0;
       RawChunk<F, D> kr, vr;
-      load_chunk(kr, page, a.k_codes, a.k_scales, row0, valid);
-      load_chunk(vr, page, a.v_codes, a.v_scales, row0, valid);
+      load_chunk(kr, page, a.k_codes, a.k_scales, row0, key_step, valid);
+      load_chunk(vr, page, a.v_codes, a.v_scales, row0, key_step, valid);
       __syncthreads();  // q_s is written; the previous chunk's k_s, v_s, p_s are consumed
       store_chunk(kr, a.k_scale, &k_s[0][0], kPitch);
       store_chunk(vr, a.v_scale, &v_s[0][0], kPitch);
@@ -196,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) attention_cuda_core(const AttentionA
         for (int kk = 0; kk < 4; ++kk) {
           float v[kDims];
 #pragma unroll
-          for (int e = 0; e < kDims; ++e) v[e] = v_s[k + kk][lane * kDims + e];
+          for (int e = 0; e < kDims; ++e) v[e] = v_s[k + kk][dim_lane * kDims + e];
 #pragma unroll
           for (int hh = 0; hh < kHeads; ++hh) {
             const float p = kk == 0 ? p4[hh].x : kk == 1 ? p4[hh].y : kk == 2 ? p4[hh].z : p4[hh].w;
@@ -212,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) attention_cuda_core(const AttentionA
   for (int hh = 0; hh < kHeads; ++hh) {
     const int h = warp * kHeads + hh;
     const RowEnd end = row_end(a, w, m[hh], warp_sum(l[hh]), 1.0f);
-    if (h >= a.group) continue;
+    if (h >= a.group || (D < 32 && lane >= D)) continue;
     float* o = out_ptr(a, w, h) + lane * kDims;
 #pragma unroll
     for (int e = 0; e < kDims; ++e) o[e] = acc[hh][e] * end.scale;
@@ -270,6 +273,13 @@ cudaError_t launch_or_count(const AttentionArgs& a, cudaStream_t stream, int* ct
 
 template <KvFormat F>
 cudaError_t launch_or_count(const AttentionArgs& a, cudaStream_t stream, int* ctas_per_sm) {
+  // Heads of 8 and 16 dims only where a head's row is whole 16-byte vectors.
+  if constexpr (kBits<F> >= 16) {
+    if (a.head_dim == 8) return launch_or_count<F, 8>(a, stream, ctas_per_sm);
+  }
+  if constexpr (kBits<F> >= 8) {
+    if (a.head_dim == 16) return launch_or_count<F, 16>(a, stream, ctas_per_sm);
+  }
   switch (a.head_dim) {
     case 32: return launch_or_count<F, 32>(a, stream, ctas_per_sm);
     case 64: return launch_or_count<F, 64>(a, stream, ctas_per_sm);

@@ -25,7 +25,11 @@ struct AttentionArgs {
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks]
   const int32_t* selected = nullptr;      // [kv_heads, tokens, topk], or nullptr: dense
   int tokens = 0, num_seqs = 0, max_blocks = 0, topk = 0;
-  // The pages (kvcache/page_layout.h, one group per head, 128 tokens).
+  // The pages (kvcache/page_layout.h, 128 tokens). Head-major pages (one group per head) hold
+  // head g's key j at row g * 128 + j of a region, rows of head_dim values; flattened ones (one
+  // group, heads of fewer than 16 dims) at row j * kv_heads + g. Only the CUDA-core kernel
+  // takes flattened pages.
+  bool flat_heads = false;
   const uint8_t* pool = nullptr;          // [num_pages, page_bytes], 16-byte aligned
   int64_t num_pages = 0, page_bytes = 0;
   int64_t k_codes = 0, k_scales = 0, v_codes = 0, v_scales = 0;  // region offsets in a page

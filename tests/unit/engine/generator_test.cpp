@@ -63,7 +63,7 @@ TEST_P(GeneratorTest, SelectionIsSparseBeyondTopkBlocks) {
   Generator g(m, options(2048), 1000);
   const GenerateResult r = g.generate(greedy(random_prompt(900, m.config.vocab_size, rng), 1));
   // The last prefill step ran 900 tokens; the final one sees 8 blocks and may keep 4.
-  const auto& sel = g.runner().last_selection()[1];
+  const std::vector<int32_t> sel = g.runner().last_selection()[1];
   const int64_t tokens = 900, topk = 4;
   ASSERT_EQ(r.prompt_selection.size(), g.runner().last_selection().size());
   for (int64_t head = 0; head < 2; ++head) {

@@ -1,0 +1,127 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "backend/cuda/cache_insert.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dense_ops.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/indexer_topk.h"
+#include "backend/cuda/moe_math.h"
+#include "backend/cuda/moe_ops.h"
+#include "backend/cuda/paged_attention.h"
+#include "backend/cuda/pre_attention.h"
+
+namespace fp4::cuda {
+namespace {
+
+#define FP4_CUBLAS_CHECK(expr)                                                              \
+  do {                                                                                      \
+    const cublasStatus_t fp4_cublas_status = (expr);                                        \
+    if (fp4_cublas_status != CUBLAS_STATUS_SUCCESS)                                         \
+      ::fp4::fail_internal("cuBLAS error {} ({}) in {}", cublasGetStatusName(fp4_cublas_status), \
+                           cublasGetStatusString(fp4_cublas_status), #expr);               \
+  } while (0)
+
+}  // namespace
+
+CudaBackend::CudaBackend() {
+  constexpr int device = 0;
+  FP4_CHECK(device_count() > 0, "no CUDA device is visible");
+  const DeviceInfo info = device_info(device);
+  FP4_CHECK(info.sm_major == 9 && info.sm_minor == 0,
+            "the CUDA device ({}) is sm_{}{}; the kernels are built for sm_90a (Hopper)", info.name,
+            info.sm_major, info.sm_minor);
+  FP4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // Keep freed memory in the pool: a step's activations are the next step's.
+  cudaMemPool_t pool = nullptr;
+  FP4_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t keep = std::numeric_limits<uint64_t>::max();
+  FP4_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  cublasHandle_t handle = nullptr;
+  FP4_CUBLAS_CHECK(cublasCreate(&handle));
+  cublas_ = handle;
+  FP4_CUBLAS_CHECK(cublasSetStream(handle, stream_));
+  FP4_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));
+}
+
+CudaBackend::~CudaBackend() {
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (stream_ != nullptr) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+}
+
+bool CudaBackend::supports(ModelOp, kvcache::PageDType) const { return true; }
+
+void* CudaBackend::allocate(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  FP4_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_));
+  return p;
+}
+
+void CudaBackend::release(void* p) noexcept {
+  if (p != nullptr) (void)cudaFreeAsync(p, stream_);
+}
+
+void CudaBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
+  // From pageable memory the call returns once `src` has been staged, so it may be reused.
+  if (bytes > 0) FP4_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  FP4_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  synchronize();
+}
+
+void CudaBackend::fill_zero(void* dst, size_t bytes) {
+  if (bytes > 0) FP4_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
+}
+
+Backend::MemoryStats CudaBackend::device_memory() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  FP4_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return {.total_bytes = static_cast<int64_t>(total_bytes), .free_bytes = static_cast<int64_t>(free_bytes)};
+}
+
+void CudaBackend::synchronize() { FP4_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void CudaBackend::linear(const LinearParams& p) {
+  FP4_CHECK(p.m >= 0 && p.n >= 0 && p.k >= 0, "linear: negative size m={} n={} k={}", p.m, p.n, p.k);
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+  FP4_CHECK(p.m <= kMaxInt && p.n <= kMaxInt && p.k <= kMaxInt, "linear: m={} n={} k={} exceed cuBLAS's int",
+            p.m, p.n, p.k);
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) {
+    fill_zero(p.y, static_cast<size_t>(p.m * p.n) * sizeof(float));
+    return;
+  }
+  // A row-major [r, c] matrix is a column-major [c, r] one, so cuBLAS computes
+  // y^T[n, m] = w[n, k] x^T[k, m], reading w's memory as the column-major k x n matrix w^T
+  // (hence OP_T) and x's as x^T.
+  const float one = 1.0f, zero = 0.0f;
+  const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
+  FP4_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, p.w, k, p.x, k,
+                               &zero, p.y, n));
+}
+
+void CudaBackend::rms_norm(const RmsNormParams& p) { cuda::rms_norm(p, stream_); }
+void CudaBackend::add_rms_norm(const AddRmsNormParams& p) { cuda::add_rms_norm(p, stream_); }
+void CudaBackend::gather_rows(const GatherRowsParams& p) { cuda::gather_rows(p, stream_); }
+void CudaBackend::rope(const RopeParams& p) { cuda::rope(p, stream_); }
+void CudaBackend::gated_activation(const GatedActivationParams& p) { cuda::gated_activation(p, stream_); }
+void CudaBackend::cache_insert(const CacheInsertParams& p) { cuda::cache_insert(p, stream_); }
+void CudaBackend::pre_attention(const PreAttentionParams& p) { cuda::pre_attention(p, stream_); }
+void CudaBackend::indexer_topk(const IndexerTopkParams& p) { cuda::indexer_topk(p, stream_); }
+void CudaBackend::paged_attention(const PagedAttentionParams& p) { cuda::paged_attention(p, stream_); }
+void CudaBackend::router(const RouterParams& p) { cuda::router(p, stream_); }
+void CudaBackend::moe_dispatch(const MoeDispatchParams& p) { cuda::moe_dispatch(p, stream_); }
+void CudaBackend::moe_combine(const MoeCombineParams& p) { cuda::moe_combine(p, stream_); }
+
+}  // namespace fp4::cuda

@@ -1,0 +1,61 @@
+// The CUDA backend: every model op on one GPU, on one stream, so a forward step is a sequence
+// of asynchronous launches that only waits where the host needs a result (the logits, an MoE
+// layer's expert sizes). Memory comes from the stream-ordered allocator, whose pool keeps what
+// a step frees for the next one.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
+
+struct cublasContext;
+
+namespace fp4::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  // Runs on the first visible device (CUDA_VISIBLE_DEVICES picks it), which must be sm_90: the
+  // kernels are built for sm_90a. Every thread that calls in uses the default device, so no
+  // thread needs to select one.
+  CudaBackend();
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string_view name() const override { return "cuda"; }
+  bool supports(ModelOp op, kvcache::PageDType page_dtype) const override;
+
+  void* allocate(size_t bytes) override;
+  void release(void* p) noexcept override;
+  void copy_from_host(void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const void* src, size_t bytes) override;
+  void fill_zero(void* dst, size_t bytes) override;
+  bool uses_host_memory() const override { return false; }
+  MemoryStats device_memory() const override;
+
+  // FP32 GEMM on cuBLAS in its pedantic mode: IEEE FP32 products and sums (never TF32), in
+  // cuBLAS's order, so results differ from the CPU's only by the order of the sums.
+  void linear(const LinearParams& p) override;
+  void rms_norm(const RmsNormParams& p) override;
+  void add_rms_norm(const AddRmsNormParams& p) override;
+  void gather_rows(const GatherRowsParams& p) override;
+  void rope(const RopeParams& p) override;
+  void gated_activation(const GatedActivationParams& p) override;
+  void cache_insert(const CacheInsertParams& p) override;
+  void pre_attention(const PreAttentionParams& p) override;
+  void indexer_topk(const IndexerTopkParams& p) override;
+  void paged_attention(const PagedAttentionParams& p) override;
+  void router(const RouterParams& p) override;
+  void moe_dispatch(const MoeDispatchParams& p) override;
+  void moe_combine(const MoeCombineParams& p) override;
+
+  cudaStream_t stream() const { return stream_; }
+  // Waits for everything issued so far.
+  void synchronize();
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cublasContext* cublas_ = nullptr;
+};
+
+}  // namespace fp4::cuda

@@ -1,0 +1,32 @@
+// The model's weights where the backend's ops read them. On a backend that reads host memory
+// (the CPU) these are the loaded FP32 tensors themselves, with no copy; on a GPU each tensor is
+// copied once into device memory when the runner is built.
+#pragma once
+
+#include <unordered_map>
+#include <vector>
+
+#include "backend/buffer.h"
+#include "model/model_weights.h"
+
+namespace fp4::model {
+
+class ResidentWeights {
+ public:
+  ResidentWeights(const ModelWeights& weights, Backend& backend);
+
+  // Where the backend reads `host` (a tensor of the ModelWeights given above); nullptr for an
+  // empty tensor (an absent norm or bias).
+  const float* operator()(const std::vector<float>& host) const;
+  const float* operator()(const LinearWeight& w) const { return (*this)(w.w); }
+
+  // Bytes copied into the backend's memory (0 where it reads the host's).
+  size_t resident_bytes() const { return bytes_; }
+
+ private:
+  bool host_ = true;
+  std::unordered_map<const float*, Buffer<float>> copies_;
+  size_t bytes_ = 0;
+};
+
+}  // namespace fp4::model
