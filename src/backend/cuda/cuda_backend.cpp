@@ -118,7 +118,7 @@ void CudaBackend::rope(const RopeParams& p) { cuda::rope(p, stream_); }
 void CudaBackend::gated_activation(const GatedActivationParams& p) { cuda::gated_activation(p, stream_); }
 void CudaBackend::cache_insert(const CacheInsertParams& p) { cuda::cache_insert(p, stream_); }
 void CudaBackend::pre_attention(const PreAttentionParams& p) { cuda::pre_attention(p, stream_); }
-void CudaBackend::indexer_topk(const IndexerTopkParams& p) { cuda::indexer_topk(p, stream_); }
+void CudaBackend::indexer_topk(const IndexerTopkParams& p) { cuda::indexer_topk(p, stream_, indexer_); }
 void CudaBackend::paged_attention(const PagedAttentionParams& p) { cuda::paged_attention(p, stream_); }
 void CudaBackend::router(const RouterParams& p) { cuda::router(p, stream_); }
 void CudaBackend::moe_dispatch(const MoeDispatchParams& p) { cuda::moe_dispatch(p, stream_); }

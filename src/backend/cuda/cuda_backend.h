@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/indexer_topk.h"
 
 struct cublasContext;
 
@@ -49,6 +50,10 @@ class CudaBackend final : public Backend {
   void moe_dispatch(const MoeDispatchParams& p) override;
   void moe_combine(const MoeCombineParams& p) override;
 
+  // How the indexer scores (tensor cores by default; kExact reproduces the CPU's scores bit for
+  // bit from the same inputs, for comparisons with the CPU engine).
+  void set_indexer_math(IndexerMath math) { indexer_.math = math; }
+
   cudaStream_t stream() const { return stream_; }
   // Waits for everything issued so far.
   void synchronize();
@@ -56,6 +61,7 @@ class CudaBackend final : public Backend {
  private:
   cudaStream_t stream_ = nullptr;
   cublasContext* cublas_ = nullptr;
+  IndexerTopkOptions indexer_;
 };
 
 }  // namespace fp4::cuda

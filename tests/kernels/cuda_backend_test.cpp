@@ -1,0 +1,194 @@
+// CudaBackend's own ops against the CPU backend's, on fresh random inputs: the residual add fused
+// with RMSNorm, RMSNorm in place, RoPE, row gathers, the cuBLAS FP32 linear, and the memory
+// calls. Bounds, derived where they are asserted:
+// - the residual add is one float addition on both sides: bit for bit;
+// - a norm's squares sum in double on both (exactly, only the order differs), so the row's scale
+//   inv = float(1/sqrt(mean + eps)) is the CPU's except when the two double sums straddle a float
+//   rounding boundary: then inv is one float ulp off (at most 2^-23 relative), and y = x * inv *
+//   w, rounded twice on each side (2^-24 each), is within (2^-23 + 4 * 2^-24) |y| < 2^-21 |y| of
+//   the CPU's; with the same inv the operations are the same, so almost every row is
+//   bit-identical;
+// - RoPE's cos and sin are the device's double sincos rounded to float against glibc's: each
+//   within one float ulp, at most 2^-24, so x0 c - x1 s moves by at most (|x0| + |x1|) 2^-24
+//   before rounding, and each side rounds three times (two products and the difference, each
+//   at most 2^-24 (|x0| + |x1|)): within 7 * 2^-24 (|x0| + |x1|) < 2^-21 (|x0| + |x1|);
+// - linear: both sides sum k products in FP32 in different orders; each result is within
+//   gamma_k S of the exact sum (S = sum |x w|, gamma_k = k u / (1 - k u), u = 2^-24), so they
+//   are within 2 gamma_k S of each other.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/buffer.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device.h"
+#include "tests/support/random.h"
+
+namespace fp4 {
+namespace {
+
+class CudaBackendOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
+    gpu_ = std::make_unique<cuda::CudaBackend>();
+  }
+  std::unique_ptr<cuda::CudaBackend> gpu_;
+};
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+TEST_F(CudaBackendOps, AddRmsNormMatchesCpu) {
+  auto rng = testing::seeded_rng(70);
+  for (int64_t dim : {8, 64, 255, 6144}) {
+    for (bool gemma : {false, true}) {
+      for (bool add : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "dim " << dim << (gemma ? " gemma" : "") << (add ? " add" : ""));
+        const int64_t rows = 37;
+        auto x = testing::random_floats(rows * dim, testing::Distribution::kStudentT3, rng);
+        const auto delta = testing::random_floats(rows * dim, testing::Distribution::kGaussian, rng);
+        const auto weight = testing::random_floats(dim, testing::Distribution::kGaussian, rng);
+        Buffer<float> gx(*gpu_, x), gd(*gpu_, delta), gw(*gpu_, weight), gy(*gpu_, x.size());
+        gpu_->add_rms_norm({.x = gx.data(), .delta = add ? gd.data() : nullptr, .weight = gw.data(),
+                            .y = gy.data(), .rows = rows, .dim = dim, .eps = 1e-6f, .gemma = gemma});
+        std::vector<float> y(x.size());
+        cpu::add_rms_norm({.x = x.data(), .delta = add ? delta.data() : nullptr, .weight = weight.data(),
+                           .y = y.data(), .rows = rows, .dim = dim, .eps = 1e-6f, .gemma = gemma});
+        const auto got_x = gx.download(), got_y = gy.download();
+        int64_t identical_rows = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          bool identical = true;
+          for (int64_t i = r * dim; i < (r + 1) * dim; ++i) {
+            ASSERT_TRUE(same_bits(got_x[i], x[i])) << "x + delta at " << i;  // one float add
+            identical &= same_bits(got_y[i], y[i]);
+            ASSERT_LE(std::abs(double(got_y[i]) - y[i]), 0x1p-21 * std::abs(y[i])) << "y at " << i;
+          }
+          identical_rows += identical;
+        }
+        EXPECT_GE(identical_rows, rows - 1) << "rows whose scale rounded differently";
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendOps, RmsNormInPlaceMatchesCpu) {
+  auto rng = testing::seeded_rng(71);
+  const int64_t rows = 64 * 8, dim = 128;  // per-head norm: rows = tokens x heads
+  auto x = testing::random_floats(rows * dim, testing::Distribution::kGaussian, rng);
+  const auto weight = testing::random_floats(dim, testing::Distribution::kGaussian, rng);
+  Buffer<float> gx(*gpu_, x), gw(*gpu_, weight);
+  gpu_->rms_norm({.x = gx.data(), .weight = gw.data(), .y = gx.data(), .rows = rows, .dim = dim, .eps = 1e-5f});
+  cpu::rms_norm({.x = x.data(), .weight = weight.data(), .y = x.data(), .rows = rows, .dim = dim, .eps = 1e-5f});
+  const auto got = gx.download();
+  int64_t differing = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    differing += !same_bits(got[i], x[i]);
+    ASSERT_LE(std::abs(double(got[i]) - x[i]), 0x1p-21 * std::abs(x[i])) << i;
+  }
+  EXPECT_LE(differing, static_cast<int64_t>(x.size() / 100));
+}
+
+TEST_F(CudaBackendOps, RopeMatchesCpu) {
+  auto rng = testing::seeded_rng(72);
+  const int64_t tokens = 300, heads = 5, head_dim = 64;
+  for (int64_t rotary : {8, 32, 64}) {
+    SCOPED_TRACE(::testing::Message() << "rotary_dim " << rotary);
+    auto x = testing::random_floats(tokens * heads * head_dim, testing::Distribution::kGaussian, rng);
+    const std::vector<float> before = x;
+    std::vector<int32_t> positions(tokens);
+    std::uniform_int_distribution<int32_t> pos(0, 300000);
+    for (auto& p : positions) p = pos(rng);
+    Buffer<float> gx(*gpu_, x);
+    Buffer<int32_t> gp(*gpu_, positions);
+    const RopeParams p{.x = gx.data(), .positions = gp.data(), .tokens = tokens, .heads = heads,
+                       .head_dim = head_dim, .rotary_dim = rotary, .theta = 5e6};
+    gpu_->rope(p);
+    RopeParams c = p;
+    c.x = x.data();
+    c.positions = positions.data();
+    cpu::rope(c);
+    const auto got = gx.download();
+    int64_t differing = 0;
+    const int64_t half = rotary / 2;
+    for (int64_t v = 0; v < tokens * heads; ++v) {
+      for (int64_t j = 0; j < head_dim; ++j) {
+        const int64_t i = v * head_dim + j;
+        if (j >= rotary) {
+          ASSERT_TRUE(same_bits(got[i], before[i])) << "unrotated dim " << j << " changed";
+          continue;
+        }
+        const int64_t partner = j < half ? i + half : i - half;
+        const double bound = (std::abs(before[i]) + std::abs(before[partner])) * 0x1p-21;
+        differing += !same_bits(got[i], x[i]);
+        ASSERT_LE(std::abs(double(got[i]) - x[i]), bound) << "vector " << v << " dim " << j;
+      }
+    }
+    EXPECT_LE(differing, tokens * heads * rotary / 100);
+  }
+}
+
+TEST_F(CudaBackendOps, GatherRowsCopiesAndPoisonsBadIds) {
+  auto rng = testing::seeded_rng(73);
+  const int64_t table_rows = 311, dim = 96;
+  const auto table = testing::random_floats(table_rows * dim, testing::Distribution::kGaussian, rng);
+  std::vector<int32_t> ids = {0, 310, 5, 5, 17, -1, 311, 200};
+  Buffer<float> gt(*gpu_, table), out(*gpu_, ids.size() * dim);
+  Buffer<int32_t> gi(*gpu_, ids);
+  gpu_->gather_rows({.table = gt.data(), .table_rows = table_rows, .dim = dim, .ids = gi.data(),
+                     .count = static_cast<int64_t>(ids.size()), .out = out.data()});
+  const auto got = out.download();
+  for (size_t r = 0; r < ids.size(); ++r) {
+    for (int64_t i = 0; i < dim; ++i) {
+      const float g = got[r * dim + i];
+      if (ids[r] < 0 || ids[r] >= table_rows) {
+        ASSERT_TRUE(std::isnan(g)) << "row " << r << " (id " << ids[r] << ") must be NaN";
+      } else {
+        ASSERT_TRUE(same_bits(g, table[ids[r] * dim + i])) << "row " << r;
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendOps, LinearWithinTheSummationBound) {
+  auto rng = testing::seeded_rng(74);
+  struct Shape { int64_t m, n, k; };
+  for (Shape s : {Shape{1, 311, 256}, Shape{7, 64, 8}, Shape{130, 257, 1000}, Shape{33, 6144, 64}}) {
+    SCOPED_TRACE(::testing::Message() << s.m << " x " << s.n << " x " << s.k);
+    const auto x = testing::random_floats(s.m * s.k, testing::Distribution::kStudentT3, rng);
+    const auto w = testing::random_floats(s.n * s.k, testing::Distribution::kGaussian, rng);
+    Buffer<float> gx(*gpu_, x), gw(*gpu_, w), gy(*gpu_, s.m * s.n);
+    gpu_->linear({.x = gx.data(), .w = gw.data(), .y = gy.data(), .m = s.m, .n = s.n, .k = s.k});
+    std::vector<float> y(s.m * s.n);
+    cpu::linear({.x = x.data(), .w = w.data(), .y = y.data(), .m = s.m, .n = s.n, .k = s.k});
+    const auto got = gy.download();
+    const double u = 0x1p-24, gamma = s.k * u / (1 - s.k * u);
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double mag = 0;
+        for (int64_t l = 0; l < s.k; ++l) mag += std::abs(double(x[i * s.k + l]) * w[j * s.k + l]);
+        ASSERT_LE(std::abs(double(got[i * s.n + j]) - y[i * s.n + j]), 2 * gamma * mag) << i << ", " << j;
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendOps, MemoryRoundTripsAndZeroFills) {
+  auto rng = testing::seeded_rng(75);
+  const auto host = testing::random_floats(1000, testing::Distribution::kGaussian, rng);
+  Buffer<float> b(*gpu_, host);
+  EXPECT_EQ(b.download(), host);
+  b.zero();
+  EXPECT_EQ(b.download(), std::vector<float>(host.size(), 0.0f));
+  const Backend::MemoryStats m = gpu_->device_memory();
+  EXPECT_GT(m.total_bytes, 0);
+  EXPECT_GT(m.free_bytes, 0);
+  EXPECT_LE(m.free_bytes, m.total_bytes);
+  EXPECT_FALSE(gpu_->uses_host_memory());
+}
+
+}  // namespace
+}  // namespace fp4
