@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/bench-speedups on a made-up `fp4serve bench --json` file whose times give known
-ratios: the indexer and the attention tables, indexer + attention per layer, and the shapes and
-families that lack a format left out.
+ratios: the indexer and the attention tables, indexer + attention per layer, the experts' NVFP4
+against BF16 weights, and the shapes and families that lack a format left out.
 
     bench_speedups_test.py SCRIPT"""
 import json
@@ -32,6 +32,9 @@ def main():
     # Attention at the same batch and context (0.25 : 0.3 : 0.4 ms).
     for fmt, ms in (("nvfp4", 0.25), ("fp8", 0.3), ("bf16", 0.4)):
         rows.append(row(f"paged attention sparse {fmt}", "b128 64/4x128 top16 of 256K", ms))
+    # Routed experts: NVFP4 weights against BF16 weights, no FP8 row (0.1 : 0.35 ms).
+    for fmt, ms in (("nvfp4", 0.1), ("bf16", 0.35)):
+        rows.append(row(f"{fmt} experts gate+up", "b16 top4 of 128, 62 active, [6144, 6144]", ms))
     # A family with one format only: no table.
     rows.append(row("nvfp4 quantize bf16", "8192x4096", 0.3))
     with tempfile.TemporaryDirectory() as tmp:
@@ -56,6 +59,9 @@ def main():
     together = line_with("batch 128 x 256K", "1250.0")
     check(together is not None and together.split()[-2:] == ["1.44", "1.92"],
           f"indexer + attention: 1800/1250 = 1.44 and 2400/1250 = 1.92 (got {together!r})")
+    experts = line_with("62 active")
+    check(experts is not None and experts.split()[-1] == "3.50",
+          f"experts row: BF16/NVFP4 0.35/0.1 = 3.50 (got {experts!r})")
     check(not any("quantize" in l for l in lines), "a family with one format gets no table")
     check(indexer is not None and indexer.count("( 25%)") == 3,
           f"% of copy: each row's GB/s over the copy ceiling, 25% (got {indexer!r})")

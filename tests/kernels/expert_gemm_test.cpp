@@ -119,11 +119,19 @@ TEST_F(ExpertGemmKernel, MatchesCpuOnRandomWeights) {
   run_case({0, 1, 7, 8, 9, 33, 0, 70}, 128, 256, false, rng);
   if (HasFatalFailure()) return;
   run_case({3, 0, 16}, 192, 768, false, rng);
+  if (HasFatalFailure()) return;
+  // k = 128 (mod 256): a last step of one 128-value block (the built-in model's down projection
+  // is [256, 128]).
+  run_case({2, 9, 0, 33}, 256, 128, false, rng);
+  if (HasFatalFailure()) return;
+  run_case({4, 1}, 64, 384, false, rng);
 }
 
 TEST_F(ExpertGemmKernel, ExactOnSmallIntegers) {
   auto rng = testing::seeded_rng(42);
   run_case({5, 0, 40, 1}, 64, 512, true, rng);
+  if (HasFatalFailure()) return;
+  run_case({7, 2}, 128, 640, true, rng);
 }
 
 }  // namespace

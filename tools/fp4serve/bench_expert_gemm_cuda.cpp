@@ -1,12 +1,15 @@
 // GPU expert-matmul rows of `fp4serve bench`. The device holds all 128 experts' weights, copies
 // of 8 distinct random experts (the timing does not depend on the values, and uploading
-// gigabytes would dominate the run); the check runs on those 8.
+// gigabytes would dominate the run); the check runs on those 8. Beside each NVFP4 row, the same
+// layer with BF16 weights through cuBLAS: one GEMM per active expert, back to back on one stream.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
+
+#include <cublas_v2.h>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -55,12 +58,30 @@ std::vector<uint16_t> activations(int64_t rows, int64_t k, std::mt19937_64& rng)
   return x;
 }
 
+// y_e[rows_e, n] = x_e[rows_e, k] w_e[n, k]^T for every expert with rows, BF16 in, FP32 out and
+// accumulation (column-major: y^T = w x^T, w's memory read as w^T).
+void bf16_experts(cublasHandle_t h, const std::vector<int32_t>& offsets, const uint16_t* x, const uint16_t* w,
+                  float* y, int64_t n, int64_t k) {
+  const float one = 1.0f, zero = 0.0f;
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    const int rows = offsets[e + 1] - offsets[e];
+    if (rows == 0) continue;
+    const cublasStatus_t status = cublasGemmEx(
+        h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), rows, static_cast<int>(k), &one, w + int64_t(e) * n * k,
+        CUDA_R_16BF, static_cast<int>(k), x + int64_t{offsets[e]} * k, CUDA_R_16BF, static_cast<int>(k), &zero,
+        y + int64_t{offsets[e]} * n, CUDA_R_32F, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (status != CUBLAS_STATUS_SUCCESS) fail_internal("cublasGemmEx: {}", cublasGetStatusString(status));
+  }
+}
+
 }  // namespace
 
 std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, int reps) {
   std::vector<Row> rows;
   std::mt19937_64 rng(0xE4E7);
   std::uniform_int_distribution<int> byte(0, 255), scale_code(0x20, 0x48);
+  cublasHandle_t cublas = nullptr;
+  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) fail_internal("cublasCreate failed");
   for (const Matmul m : {Matmul{"gate+up", 2 * kInter, kHidden}, Matmul{"down", kHidden, kInter}}) {
     const int64_t value_bytes = m.n * m.k / 2, scale_bytes = m.n * m.k / 16;
     std::vector<uint8_t> values(kDistinct * value_bytes), scales(kDistinct * scale_bytes);
@@ -115,11 +136,14 @@ std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, 
       const double bytes = double(active) * (value_bytes + scale_bytes) + double(n_rows) * m.k * 2 +
                            double(n_rows) * m.n * 4;
       const double ms = cuda::median_ms([&](cudaStream_t s) { cuda::expert_gemm(d, s); }, 3, reps);
-      rows.push_back({device, fmt::format("nvfp4 experts {} W4A16", m.name),
+      rows.push_back({device, fmt::format("nvfp4 experts {}", m.name),
                       fmt::format("b6 top{} of {}, {} active, [{}, {}]", kTopK, kDistinct, active, m.n, m.k),
                       bytes, ms, copy_gbps, true});
     }
 
+    // BF16 weights of every expert (values do not change the timing: 0x3C3C is 0.0115).
+    cuda::DeviceBuffer d_bf16(static_cast<size_t>(kExperts * m.n * m.k * 2));
+    d_bf16.fill(0x3C);
     for (int64_t batch : {1, 16, 64, 256}) {
       const auto offsets = route(batch, kExperts, rng);
       const int64_t n_rows = offsets.back();
@@ -135,11 +159,20 @@ std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, 
       const double bytes = double(active) * (value_bytes + scale_bytes) + double(n_rows) * m.k * 2 +
                            double(n_rows) * m.n * 4;
       const double ms = cuda::median_ms([&](cudaStream_t s) { cuda::expert_gemm(d, s); }, 3, reps);
-      rows.push_back({device, fmt::format("nvfp4 experts {} W4A16", m.name),
-                      fmt::format("b{} top{} of {}, {} active, [{}, {}]", batch, kTopK, kExperts, active, m.n, m.k),
-                      bytes, ms, copy_gbps, false});
+      const std::string shape =
+          fmt::format("b{} top{} of {}, {} active, [{}, {}]", batch, kTopK, kExperts, active, m.n, m.k);
+      rows.push_back({device, fmt::format("nvfp4 experts {}", m.name), shape, bytes, ms, copy_gbps, false});
+      const double bf16_bytes = double(active) * m.n * m.k * 2 + double(n_rows) * m.k * 2 + double(n_rows) * m.n * 4;
+      const double bf16_ms = cuda::median_ms(
+          [&](cudaStream_t s) {
+            cublasSetStream(cublas, s);
+            bf16_experts(cublas, offsets, d_x.as<uint16_t>(), d_bf16.as<uint16_t>(), d_y.as<float>(), m.n, m.k);
+          },
+          3, reps);
+      rows.push_back({device, fmt::format("bf16 experts {}", m.name), shape, bf16_bytes, bf16_ms, copy_gbps, false});
     }
   }
+  cublasDestroy(cublas);
   return rows;
 }
 

@@ -8,8 +8,7 @@ void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream) {
   FP4_CHECK(p.experts > 0 && p.experts < 65536, "expert_gemm: {} experts (1 to 65535)", p.experts);
   FP4_CHECK(p.n > 0 && p.n % detail::kExpertGemmRows == 0, "expert_gemm: n = {} is not a positive multiple of {}",
             p.n, detail::kExpertGemmRows);
-  FP4_CHECK(p.k > 0 && p.k % detail::kExpertGemmStepK == 0, "expert_gemm: k = {} is not a positive multiple of {}",
-            p.k, detail::kExpertGemmStepK);
+  FP4_CHECK(p.k > 0 && p.k % 128 == 0, "expert_gemm: k = {} is not a positive multiple of 128", p.k);
   FP4_CHECK(p.rows >= 0, "expert_gemm: {} rows", p.rows);
   FP4_CHECK(p.row_offsets && p.values && p.scales && p.global_scales,
             "expert_gemm: row offsets, weights and global scales are required");

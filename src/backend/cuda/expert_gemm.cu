@@ -8,8 +8,8 @@
 // 128-value block of k, and the two block scales they need. The MMA's k positions are permuted
 // to match: in k-step j of a 128-value block, positions 2tig, 2tig + 1, 2tig + 8, 2tig + 9 are
 // stored values 32tig + 4j + 0, 1, 2, 3 for both A and B, so every lane's fragments come from
-// whole 16-byte loads. The next 256 values of the weights are in flight while the current
-// ones are multiplied.
+// whole 16-byte loads. The next 256 values of the weights (128 in a last, half step when k is
+// 128 mod 256) are in flight while the current ones are multiplied.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -31,12 +31,13 @@ struct Raw {
 };
 
 __device__ __forceinline__ void load_raw(Raw& r, const uint8_t* const codes[2], const uint8_t* const scales[2],
-                                         int step) {
+                                         int step, int blocks) {
 #pragma unroll
   for (int f = 0; f < 2; ++f) {
 #pragma unroll
     for (int b = 0; b < kBlocksPerStep; ++b) {
       const int block = step * kBlocksPerStep + b;
+      if (block >= blocks) break;  // k = 128 (mod 256): the last step has one block
       r.codes[f][b] = __ldg(reinterpret_cast<const uint4*>(codes[f] + 64 * block));
       r.scales[f][b] = __ldg(reinterpret_cast<const uint16_t*>(scales[f] + 8 * block));
     }
@@ -83,17 +84,19 @@ __global__ void __launch_bounds__(kExpertGemmThreads) expert_gemm_kernel(const E
     scales[f] = p.scales + row * (p.k / 16) + 2 * tig;
   }
   const float g = p.global_scales[e];
-  const int steps = static_cast<int>(p.k / kExpertGemmStepK);
+  const int blocks = static_cast<int>(p.k / 128);
+  const int steps = (blocks + kBlocksPerStep - 1) / kBlocksPerStep;
 
   for (int pass = first; pass < last; pass += 8 * kTiles) {
     const int tokens = min(8 * kTiles, last - pass);
     float acc[kTiles][4] = {};
     Raw cur, nxt;
-    load_raw(cur, codes, scales, 0);
+    load_raw(cur, codes, scales, 0, blocks);
     for (int step = 0; step < steps; ++step) {
-      if (step + 1 < steps) load_raw(nxt, codes, scales, step + 1);
+      if (step + 1 < steps) load_raw(nxt, codes, scales, step + 1, blocks);
 #pragma unroll
       for (int b = 0; b < kBlocksPerStep; ++b) {
+        if (step * kBlocksPerStep + b >= blocks) break;  // uniform across the CTA
         uint32_t a[8][4];
         block_fragments(cur, b, a);
         const int64_t k0 = int64_t{step} * kExpertGemmStepK + 128 * b + 32 * tig;

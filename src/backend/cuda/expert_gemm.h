@@ -13,7 +13,7 @@
 namespace fp4::cuda {
 
 // Pointers in `p` are device pointers. Asynchronous on `stream`. Requirements, each checked
-// with an fp4::Error naming it: n a multiple of 64, k a multiple of 256, x and the codes
+// with an fp4::Error naming it: n a multiple of 64, k a multiple of 128, x and the codes
 // 16-byte aligned, the scales 2-byte aligned.
 // The row offsets live on the device, so the host cannot check them; the grid depends on the
 // shapes only (experts, n), so a launch can be captured in a CUDA graph.
