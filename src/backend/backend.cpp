@@ -16,6 +16,8 @@ std::string_view model_op_name(ModelOp op) {
     case ModelOp::kPagedAttention: return "paged_attention";
     case ModelOp::kRouter: return "router";
     case ModelOp::kMoeDispatch: return "moe_dispatch";
+    case ModelOp::kMoeGather: return "moe_gather";
+    case ModelOp::kExpertGemm: return "expert_gemm";
     case ModelOp::kMoeCombine: return "moe_combine";
   }
   return "?";

@@ -25,6 +25,8 @@ enum class ModelOp : uint8_t {
   kPagedAttention,
   kRouter,
   kMoeDispatch,
+  kMoeGather,
+  kExpertGemm,
   kMoeCombine,
 };
 
@@ -68,6 +70,8 @@ class Backend {
   virtual void paged_attention(const PagedAttentionParams& p) = 0;
   virtual void router(const RouterParams& p) = 0;
   virtual void moe_dispatch(const MoeDispatchParams& p) = 0;
+  virtual void moe_gather(const MoeGatherParams& p) = 0;
+  virtual void expert_gemm(const ExpertGemmParams& p) = 0;
   virtual void moe_combine(const MoeCombineParams& p) = 0;
 };
 

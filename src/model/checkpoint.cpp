@@ -294,6 +294,22 @@ std::vector<float> Checkpoint::load_f32(std::string_view name,
   return out;
 }
 
+std::optional<Checkpoint::Nvfp4View> Checkpoint::nvfp4_view(std::string_view name, int64_t out,
+                                                            int64_t in) const {
+  const WeightLayout l = layout(name);
+  if (l.format != StorageFormat::kNvfp4) return std::nullopt;
+  const std::vector<int64_t> shape = {out, in};
+  check_logical_shape(l, shape);
+  FP4_CHECK(in % 16 == 0 && l.scale->shape == std::vector<int64_t>({out, in / 16}),
+            "tensor '{}': NVFP4 of logical shape {} with scales {}; kernels reading NVFP4 as "
+            "stored need an inner dimension that is a multiple of 16 and scales of shape {}",
+            name, shape_string(shape), shape_string(l.scale->shape),
+            shape_string(std::vector<int64_t>{out, in / 16}));
+  if (progress_) progress_->advance(l.stored_bytes());
+  return Nvfp4View{.codes = l.weight->bytes, .scales = l.scale->bytes,
+                   .global_scale = read_f32_scalar(*l.scale_2)};
+}
+
 std::string_view Checkpoint::describe(std::string_view name) const {
   return storage_format_name(layout(name).format);
 }

@@ -61,6 +61,16 @@ class Checkpoint {
   std::vector<float> load_f32(std::string_view name, std::initializer_list<int64_t> shape) const {
     return load_f32(name, std::span<const int64_t>(shape.begin(), shape.size()));
   }
+  // An NVFP4 weight as stored, for kernels that read NVFP4 directly: codes [out, in / 2] (two
+  // per byte, the even column in the low nibble), E4M3 block scales [out, in / 16] and the FP32
+  // global scale. nullopt when the weight is stored in another format; throws naming the tensor
+  // when its shapes are not those of a logical [out, in] with in a multiple of 16. Advances the
+  // progress bar like load_f32.
+  struct Nvfp4View {
+    std::span<const uint8_t> codes, scales;
+    float global_scale = 1.0f;
+  };
+  std::optional<Nvfp4View> nvfp4_view(std::string_view name, int64_t out, int64_t in) const;
   // "f32", "bf16", "f16", "fp8", "mxfp8" or "nvfp4"; throws for a layout load_f32 refuses.
   std::string_view describe(std::string_view name) const;
   // The activation calibration scale `<module>.input_scale` of a quantized weight, if stored.

@@ -87,19 +87,11 @@ void ModelRunner::moe(const MoeWeights& w, const float* x, int64_t rows, float* 
   backend_.moe_dispatch({.expert_ids = ids.data(), .tokens = rows, .top_k = k, .experts = experts,
                          .row_offsets = offsets.data(), .pair_of_row = pair_of_row.data(),
                          .row_of_pair = row_of_pair.data()});
-  // The experts' row counts decide the matmuls' shapes, so they come back to the host (one wait
-  // per MoE layer on a GPU; the grouped NVFP4 matmul, whose grid depends on shapes only, is what
-  // removes it).
-  const std::vector<int32_t> first_row = offsets.download();
-  std::vector<int32_t> token_of_row = pair_of_row.download();
-  for (int32_t& r : token_of_row) r = static_cast<int32_t>(r / k);
-  const Buffer<int32_t> token_rows(backend_, token_of_row);
-  Buffer<float> in = floats(pairs * h), y = floats(pairs * h);
-  backend_.gather_rows({.table = x, .table_rows = rows, .dim = h, .ids = token_rows.data(),
-                        .count = pairs, .out = in.data()});
-  for (int64_t e = 0; e < experts; ++e) {
-    const int64_t first = first_row[e], n = first_row[e + 1] - first;
-    if (n > 0) mlp(w.experts[e], in.data() + first * h, n, y.data() + first * h);
+  Buffer<float> y = floats(pairs * h);
+  if (w.nvfp4) {
+    routed_nvfp4(w, x, rows, offsets, pair_of_row, y);
+  } else {
+    routed_f32(w, x, rows, offsets, pair_of_row, y);
   }
   if (w.has_shared) mlp(w.shared, x, rows, out);
   backend_.moe_combine({.y_grouped = y.data(), .row_of_pair = row_of_pair.data(),
@@ -107,6 +99,52 @@ void ModelRunner::moe(const MoeWeights& w, const float* x, int64_t rows, float* 
                         .shared = w.has_shared ? out : nullptr,
                         .routed_scale = config_.routed_scaling_factor, .out = out, .tokens = rows,
                         .top_k = k, .hidden = h});
+}
+
+// W4A16: the grouped rows' inputs in BF16, gate and up over all experts at once, the activation
+// back to BF16, then down. The grids depend on shapes only; nothing waits for the device.
+void ModelRunner::routed_nvfp4(const MoeWeights& w, const float* x, int64_t rows,
+                               const Buffer<int32_t>& offsets, const Buffer<int32_t>& pair_of_row,
+                               Buffer<float>& y) {
+  const int64_t h = config_.hidden_size, k = config_.num_experts_per_tok, pairs = rows * k;
+  const int64_t inter = w.gate.n, experts = config_.num_experts;
+  Buffer<uint16_t> xg(backend_, static_cast<size_t>(pairs * h)), act(backend_, static_cast<size_t>(pairs * inter));
+  backend_.moe_gather({.x = x, .pair_of_row = pair_of_row.data(), .rows = pairs, .top_k = k, .hidden = h,
+                       .x_grouped = xg.data()});
+  auto matmul = [&](const Nvfp4Experts& s, const uint16_t* in, float* out) {
+    backend_.expert_gemm({.x = in, .row_offsets = offsets.data(), .values = resident_(s.values),
+                          .scales = resident_(s.scales), .global_scales = resident_(s.global_scales),
+                          .y = out, .rows = pairs, .experts = experts, .n = s.n, .k = s.k});
+  };
+  Buffer<float> gate = floats(pairs * inter), up = floats(pairs * inter);
+  matmul(w.gate, xg.data(), gate.data());
+  matmul(w.up, xg.data(), up.data());
+  const bool oai = config_.activation == ModelConfig::Activation::kSwigluOai;
+  backend_.gated_activation({.gate = gate.data(), .up = up.data(), .out = nullptr, .out_bf16 = act.data(),
+                             .m = pairs, .inter = inter, .stride = inter,
+                             .kind = oai ? GatedActivation::kSwigluOai : GatedActivation::kSilu,
+                             .alpha = config_.swiglu_alpha, .limit = config_.swiglu_limit,
+                             .beta = config_.swiglu_beta});
+  matmul(w.down, act.data(), y.data());
+}
+
+// FP32 experts, one MLP per expert on its rows. The experts' row counts decide the matmuls'
+// shapes, so they come back to the host (one wait per MoE layer on a GPU).
+void ModelRunner::routed_f32(const MoeWeights& w, const float* x, int64_t rows,
+                             const Buffer<int32_t>& offsets, const Buffer<int32_t>& pair_of_row,
+                             Buffer<float>& y) {
+  const int64_t h = config_.hidden_size, k = config_.num_experts_per_tok, pairs = rows * k;
+  const std::vector<int32_t> first_row = offsets.download();
+  std::vector<int32_t> token_of_row = pair_of_row.download();
+  for (int32_t& r : token_of_row) r = static_cast<int32_t>(r / k);
+  const Buffer<int32_t> token_rows(backend_, token_of_row);
+  Buffer<float> in = floats(pairs * h);
+  backend_.gather_rows({.table = x, .table_rows = rows, .dim = h, .ids = token_rows.data(),
+                        .count = pairs, .out = in.data()});
+  for (int64_t e = 0; e < config_.num_experts; ++e) {
+    const int64_t first = first_row[e], n = first_row[e + 1] - first;
+    if (n > 0) mlp(w.experts[e], in.data() + first * h, n, y.data() + first * h);
+  }
 }
 
 void ModelRunner::attention(int64_t layer_index, const Step& step, const float* x, float* out) {

@@ -57,6 +57,11 @@ class ModelRunner {
   void attention(int64_t layer, const Step& step, const float* x, float* out);
   void mlp(const MlpWeights& w, const float* x, int64_t rows, float* out);
   void moe(const MoeWeights& w, const float* x, int64_t rows, float* out);
+  // The routed experts' outputs y [rows x top_k, hidden], grouped by expert.
+  void routed_nvfp4(const MoeWeights& w, const float* x, int64_t rows, const Buffer<int32_t>& offsets,
+                    const Buffer<int32_t>& pair_of_row, Buffer<float>& y);
+  void routed_f32(const MoeWeights& w, const float* x, int64_t rows, const Buffer<int32_t>& offsets,
+                  const Buffer<int32_t>& pair_of_row, Buffer<float>& y);
   void linear(const LinearWeight& w, const float* x, int64_t rows, float* y);
   Buffer<float> floats(int64_t n) { return Buffer<float>(backend_, static_cast<size_t>(n)); }
 

@@ -30,6 +30,20 @@ class Loader {
     l.format = std::string(ckpt_.describe(name));
     return l;
   }
+  // Appends `module`'s weight to `stack` when it is NVFP4; false (and nothing read) otherwise.
+  bool append_nvfp4(const std::string& module, int64_t out, int64_t in, Nvfp4Experts& stack) const {
+    const auto view = ckpt_.nvfp4_view(prefix_ + module + ".weight", out, in);
+    if (!view) return false;
+    stack.values.insert(stack.values.end(), view->codes.begin(), view->codes.end());
+    stack.scales.insert(stack.scales.end(), view->scales.begin(), view->scales.end());
+    stack.global_scales.push_back(view->global_scale);
+    stack.n = out;
+    stack.k = in;
+    return true;
+  }
+  bool is_nvfp4(const std::string& module) const {
+    return ckpt_.describe(prefix_ + module + ".weight") == "nvfp4";
+  }
   std::vector<float> vector(const std::string& name, int64_t n) const {
     return ckpt_.load_f32(prefix_ + name, {n});
   }
@@ -88,9 +102,21 @@ MoeWeights load_moe(const Loader& l, const std::string& base, const ModelConfig&
   const int64_t h = c.hidden_size;
   m.router = l.linear(base + "gate", c.num_experts, h);
   if (c.routing_bias) m.bias = l.vector(base + "e_score_correction_bias", c.num_experts);
+  const int64_t inter = c.moe_intermediate_size;
+  // NVFP4 as stored when every routed projection is NVFP4 with whole 16-value blocks.
+  m.nvfp4 = h % 16 == 0 && inter % 16 == 0;
+  for (int64_t e = 0; e < c.num_experts && m.nvfp4; ++e) {
+    for (const char* w : {"w1", "w3", "w2"}) m.nvfp4 = m.nvfp4 && l.is_nvfp4(fmt::format("{}experts.{}.{}", base, e, w));
+  }
   for (int64_t e = 0; e < c.num_experts; ++e) {
-    m.experts.push_back(load_mlp(l, fmt::format("{}experts.{}.", base, e), "w1", "w3", "w2", h,
-                                 c.moe_intermediate_size));
+    const std::string expert = fmt::format("{}experts.{}.", base, e);
+    if (m.nvfp4) {
+      l.append_nvfp4(expert + "w1", inter, h, m.gate);
+      l.append_nvfp4(expert + "w3", inter, h, m.up);
+      l.append_nvfp4(expert + "w2", h, inter, m.down);
+    } else {
+      m.experts.push_back(load_mlp(l, expert, "w1", "w3", "w2", h, inter));
+    }
   }
   m.has_shared = c.shared_intermediate_size > 0;
   if (m.has_shared) {

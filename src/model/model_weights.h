@@ -34,9 +34,23 @@ struct AttentionWeights {
   std::vector<float> index_q_norm, index_k_norm;  // [index_head_dim]
 };
 
+// One projection of every routed expert kept in NVFP4 as the checkpoint stores it, stacked over
+// the experts in ExpertGemmParams' layout.
+struct Nvfp4Experts {
+  std::vector<uint8_t> values;       // [experts, n, k / 2]
+  std::vector<uint8_t> scales;       // [experts, n, k / 16] E4M3
+  std::vector<float> global_scales;  // [experts]
+  int64_t n = 0, k = 0;
+};
+
 struct MoeWeights {
   LinearWeight router;           // [experts, hidden], FP32 in the checkpoint
   std::vector<float> bias;       // [experts] selection bias, empty when unused
+  // When the checkpoint stores every routed expert's projections in NVFP4 they stay NVFP4
+  // (gate, up, down below) and `experts` is empty: the experts run as the grouped W4A16 matmul,
+  // activations rounded to BF16, on every backend. Otherwise `experts` holds them in FP32.
+  bool nvfp4 = false;
+  Nvfp4Experts gate, up, down;
   std::vector<MlpWeights> experts;
   bool has_shared = false;
   MlpWeights shared;

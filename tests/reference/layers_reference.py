@@ -6,6 +6,8 @@ float32 rounding noise).
 """
 import numpy as np
 
+import minifloats as mf
+
 ATTENTION_CHUNK = 256  # query rows per attention block: bounds the [heads, chunk, T] score tensor
 
 
@@ -121,6 +123,36 @@ def activation(g, u, cfg):
     raise ValueError(f"hidden_act {cfg.hidden_act!r} is not supported (silu, swigluoai)")
 
 
+# W4A16 rounds activations to BF16, a step function: where float32 noise puts a value on the
+# other side of a rounding midpoint, the engine's BF16 value differs from the reference's by a
+# whole BF16 step. Tests measure that sensitivity by running the reference with every value
+# nudged by a relative BF16_NUDGE (random sign) before it is rounded.
+BF16_NUDGE = 0.0
+_nudge_rng = np.random.default_rng(0)
+
+
+def bf16(x):
+    """x rounded to BF16 (to nearest even, from float32), in x's dtype."""
+    if BF16_NUDGE:
+        x = x * (1 + BF16_NUDGE * _nudge_rng.choice([-1.0, 1.0], size=x.shape))
+    return mf.decode_bf16(mf.encode_bf16(x)).astype(x.dtype)
+
+
+class nudged_bf16:
+    """with nudged_bf16(2**-20, seed): ... runs the reference with nudged BF16 roundings."""
+
+    def __init__(self, rel, seed):
+        self.rel, self.seed = rel, seed
+
+    def __enter__(self):
+        global BF16_NUDGE, _nudge_rng
+        BF16_NUDGE, _nudge_rng = self.rel, np.random.default_rng(self.seed)
+
+    def __exit__(self, *exc):
+        global BF16_NUDGE
+        BF16_NUDGE = 0.0
+
+
 def mlp(x, gate, up, down, cfg):
     return activation(x @ gate.T, x @ up.T, cfg) @ down.T
 
@@ -145,7 +177,12 @@ def moe(h, layer, cfg):
         if rows.size == 0:
             continue
         w1, w3, w2 = layer["experts"][e]
-        y[rows] += weights[rows, slot][:, None] * mlp(h[rows], w1, w3, w2, cfg)
+        if layer.get("experts_w4a16"):
+            x = bf16(h[rows])
+            out = bf16(activation(x @ w1.T, x @ w3.T, cfg)) @ w2.T
+        else:
+            out = mlp(h[rows], w1, w3, w2, cfg)
+        y[rows] += weights[rows, slot][:, None] * out
     y *= cfg.routed_scaling_factor
     if "shared" in layer:
         y += mlp(h, *layer["shared"], cfg)

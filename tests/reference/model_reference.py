@@ -98,11 +98,16 @@ def _dequantize_all(raw):
 def load(model_dir, dtype=np.float64):
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = Config(json.load(f))
-    return Model(cfg, _dequantize_all(checkpoint_io.read_checkpoint(model_dir)), dtype, model_dir)
+    raw = checkpoint_io.read_checkpoint(model_dir)
+    nvfp4 = {name[:-len(".weight_scale_2")] + ".weight" for name in raw if name.endswith(".weight_scale_2")}
+    return Model(cfg, _dequantize_all(raw), dtype, model_dir, nvfp4)
 
 
 class Model:
-    def __init__(self, cfg, tensors, dtype, source="model"):
+    def __init__(self, cfg, tensors, dtype, source="model", nvfp4=frozenset()):
+        """nvfp4: names of the weights stored in NVFP4. A layer whose routed experts are all NVFP4
+        runs them as the engine does, W4A16: the experts' inputs and the activation between the
+        two matmuls rounded to BF16."""
         self.cfg, self.dtype = cfg, np.dtype(dtype)
         p = cfg.prefix
 
@@ -130,14 +135,27 @@ class Model:
                 layer["router"] = get(m + "gate.weight")
                 if cfg.routing_bias:
                     layer["router_bias"] = get(m + "e_score_correction_bias")
-                layer["experts"] = [tuple(get(f"{m}experts.{e}.{w}.weight") for w in ("w1", "w3", "w2"))
-                                    for e in range(cfg.num_experts)]
+                names = [[f"{m}experts.{e}.{w}.weight" for w in ("w1", "w3", "w2")] for e in range(cfg.num_experts)]
+                layer["experts"] = [tuple(get(n) for n in expert) for expert in names]
+                layer["experts_nvfp4"] = all(p + n in nvfp4 for expert in names for n in expert)
+                layer["experts_w4a16"] = layer["experts_nvfp4"]
                 if cfg.shared_intermediate:
                     layer["shared"] = tuple(get(f"{m}shared_experts.{w}.weight")
                                             for w in ("gate_proj", "up_proj", "down_proj"))
             else:
                 layer["mlp"] = tuple(get(f"{a}mlp.{w}.weight") for w in ("gate_proj", "up_proj", "down_proj"))
             self.layers.append(layer)
+
+    def uses_w4a16(self):
+        return any(layer.get("experts_w4a16") for layer in self.layers)
+
+    def set_w4a16(self, enabled):
+        """Whether NVFP4 experts round their activations to BF16 as the engine does (the default);
+        off, the model computes the same function without those roundings."""
+        for layer in self.layers:
+            if "experts_w4a16" in layer:
+                layer["experts_w4a16"] = enabled and layer["experts_nvfp4"]
+        return self
 
     def norm(self, x, w):
         return L.rms_norm(x, w, self.cfg.eps, self.cfg.gemma_norm)

@@ -140,8 +140,9 @@ def _dequantize_nvfp4(packed, scales, scale_2):
     return (values * s * float(scale_2.to(torch.float32))).flatten(-2)
 
 
-def read_tensors(model_dir):
-    """name -> float64 tensor of every weight in the directory's safetensors (NVFP4 decoded)."""
+def read_tensors(model_dir, nvfp4_names=None):
+    """name -> float64 tensor of every weight in the directory's safetensors (NVFP4 decoded);
+    the names of the NVFP4 weights are added to the set nvfp4_names when one is given."""
     files = sorted(f for f in os.listdir(model_dir) if f.endswith(".safetensors"))
     raw = {}
     for f in files:
@@ -151,6 +152,8 @@ def read_tensors(model_dir):
         base = name[:-len(".weight")] if name.endswith(".weight") else None
         if base and f"{base}.weight_scale_2" in raw:
             out[name] = _dequantize_nvfp4(t, raw[f"{base}.weight_scale"], raw[f"{base}.weight_scale_2"])
+            if nvfp4_names is not None:
+                nvfp4_names.add(name)
         elif t.is_floating_point() and t.dtype not in (torch.float8_e4m3fn,):
             out[name] = t.to(torch.float64)
     return out
@@ -162,19 +165,25 @@ def load_model(model_dir, dtype=torch.float64):
         root = json.load(f)
     cfg = config_from_json(root)
     prefix = PREFIX if "text_config" in root else ""
-    tensors = read_tensors(model_dir)
+    nvfp4 = set()
+    tensors = read_tensors(model_dir, nvfp4)
     model = Model(cfg)
     state = {}
+    w4a16 = {}  # MoE module -> whether every routed expert weight is NVFP4
     for name in model.state_dict():
         parts = name.rsplit(".", 1)
         if parts[-1] in ("w1", "w2", "w3"):
-            state[name] = torch.stack([tensors[_hf_name(f"{parts[0]}.experts.{e}.{parts[1]}.weight")
-                                               .replace(PREFIX, prefix, 1)]
-                                       for e in range(cfg.num_experts)])
+            keys = [_hf_name(f"{parts[0]}.experts.{e}.{parts[1]}.weight").replace(PREFIX, prefix, 1)
+                    for e in range(cfg.num_experts)]
+            state[name] = torch.stack([tensors[k] for k in keys])
+            w4a16[parts[0]] = w4a16.get(parts[0], True) and all(k in nvfp4 for k in keys)
         else:
             key = _hf_name(name).replace(PREFIX, prefix, 1)
             if key not in tensors:
                 raise KeyError(f"{model_dir}: tensor {key} is missing")
             state[name] = tensors[key]
     model.load_state_dict(state)
+    # NVFP4 experts compute as the engine serves them (W4A16: BF16 activations).
+    for module, enabled in w4a16.items():
+        model.get_submodule(module).w4a16 = enabled
     return model.to(dtype)

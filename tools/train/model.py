@@ -313,6 +313,12 @@ class MoE(nn.Module):
         self.w2 = nn.Parameter(torch.empty(e, h, i))  # down
         self.shared_experts = Mlp(cfg, cfg.shared_intermediate_size)
         self.qat = False              # Model.set_qat
+        # W4A16, as the engine runs NVFP4 experts: their inputs and the activation between the
+        # matmuls rounded to BF16 (set when loaded from an NVFP4 checkpoint). bf16_nudge > 0
+        # nudges each value by that relative amount, random sign, before the rounding (tests
+        # measure how much float32-sized noise that flips costs).
+        self.w4a16 = False
+        self.bf16_nudge = 0.0
         self.grouped = True           # torch._grouped_mm where it applies (Model.set_grouped_experts)
         self.last_counts = None       # tokens per expert in the last forward
         self.load_since_update = None  # summed over a step, for the selection-bias update
@@ -357,9 +363,18 @@ class MoE(nn.Module):
         # split and unbind, not slicing: their backward is one concatenation, where slices
         # would each add a zero-filled copy of the whole tensor.
         w1, w3, w2 = w1.unbind(0), w3.unbind(0), w2.unbind(0)
-        ys = [F.linear(swiglu_oai(F.linear(seg, w1[e]), F.linear(seg, w3[e]), self.cfg), w2[e])
+        r = self._activation_rounding
+        ys = [F.linear(r(swiglu_oai(F.linear(r(seg), w1[e]), F.linear(r(seg), w3[e]), self.cfg)), w2[e])
               for e, seg in enumerate(torch.split(xs, sizes)) if sizes[e]]
         return torch.cat(ys)
+
+    def _activation_rounding(self, x):
+        """x rounded to BF16 (to nearest even, through float32) under W4A16, else x."""
+        if not self.w4a16 or x.dtype == torch.bfloat16:
+            return x
+        if self.bf16_nudge:
+            x = x * (1 + self.bf16_nudge * (torch.randint(0, 2, x.shape, device=x.device) * 2 - 1).to(x.dtype))
+        return x.to(torch.float32).to(torch.bfloat16).to(x.dtype)
 
     def _grouped_experts(self, xs, counts, w1, w3, w2):
         """The same function as _looped_experts with three grouped matrix products: the expert
@@ -372,7 +387,9 @@ class MoE(nn.Module):
         def grouped(a, w):  # a [rows, in] by expert, w [E, out, in]: a @ w[e].T per group
             return torch._grouped_mm(a, w.to(dt).transpose(-2, -1), offs=ends)
 
-        return grouped(swiglu_oai(grouped(xs, w1), grouped(xs, w3), self.cfg), w2)
+        r = self._activation_rounding
+        xs = r(xs)
+        return grouped(r(swiglu_oai(grouped(xs, w1), grouped(xs, w3), self.cfg)), w2)
 
 
 class Layer(nn.Module):

@@ -51,6 +51,8 @@ class CpuBackend final : public Backend {
   void paged_attention(const PagedAttentionParams& p) override { cpu::paged_attention(p); }
   void router(const RouterParams& p) override { cpu::router(p); }
   void moe_dispatch(const MoeDispatchParams& p) override { cpu::moe_dispatch(p); }
+  void moe_gather(const MoeGatherParams& p) override { cpu::moe_gather(p); }
+  void expert_gemm(const ExpertGemmParams& p) override { cpu::expert_gemm(p); }
   void moe_combine(const MoeCombineParams& p) override { cpu::moe_combine(p); }
 };
 

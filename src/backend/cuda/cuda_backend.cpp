@@ -8,6 +8,7 @@
 #include "backend/cuda/cache_insert.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dense_ops.h"
+#include "backend/cuda/expert_gemm.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/indexer_topk.h"
 #include "backend/cuda/moe_math.h"
@@ -122,6 +123,8 @@ void CudaBackend::indexer_topk(const IndexerTopkParams& p) { cuda::indexer_topk(
 void CudaBackend::paged_attention(const PagedAttentionParams& p) { cuda::paged_attention(p, stream_); }
 void CudaBackend::router(const RouterParams& p) { cuda::router(p, stream_); }
 void CudaBackend::moe_dispatch(const MoeDispatchParams& p) { cuda::moe_dispatch(p, stream_); }
+void CudaBackend::moe_gather(const MoeGatherParams& p) { cuda::moe_gather(p, stream_); }
+void CudaBackend::expert_gemm(const ExpertGemmParams& p) { cuda::expert_gemm(p, stream_); }
 void CudaBackend::moe_combine(const MoeCombineParams& p) { cuda::moe_combine(p, stream_); }
 
 }  // namespace fp4::cuda

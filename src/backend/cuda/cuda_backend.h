@@ -48,6 +48,9 @@ class CudaBackend final : public Backend {
   void paged_attention(const PagedAttentionParams& p) override;
   void router(const RouterParams& p) override;
   void moe_dispatch(const MoeDispatchParams& p) override;
+  void moe_gather(const MoeGatherParams& p) override;
+  // The NVFP4 W4A16 kernel: n a multiple of 64, k of 128 (expert_gemm.h).
+  void expert_gemm(const ExpertGemmParams& p) override;
   void moe_combine(const MoeCombineParams& p) override;
 
   // How the indexer scores (tensor cores by default; kExact reproduces the CPU's scores bit for
