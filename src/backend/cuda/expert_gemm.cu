@@ -30,6 +30,9 @@ struct Raw {
   uint32_t scales[2][kBlocksPerStep];
 };
 
+// kHalfTail: k = 128 (mod 256), so the last step has one block; the check stays out of the
+// common kernel, where it cost time (bench/RESULTS.md).
+template <bool kHalfTail>
 __device__ __forceinline__ void load_raw(Raw& r, const uint8_t* const codes[2], const uint8_t* const scales[2],
                                          int step, int blocks) {
 #pragma unroll
@@ -37,7 +40,7 @@ __device__ __forceinline__ void load_raw(Raw& r, const uint8_t* const codes[2], 
 #pragma unroll
     for (int b = 0; b < kBlocksPerStep; ++b) {
       const int block = step * kBlocksPerStep + b;
-      if (block >= blocks) break;  // k = 128 (mod 256): the last step has one block
+      if (kHalfTail && block >= blocks) break;
       r.codes[f][b] = __ldg(reinterpret_cast<const uint4*>(codes[f] + 64 * block));
       r.scales[f][b] = __ldg(reinterpret_cast<const uint16_t*>(scales[f] + 8 * block));
     }
@@ -69,6 +72,7 @@ __device__ __forceinline__ void block_fragments(const Raw& r, int b, uint32_t a[
   }
 }
 
+template <bool kHalfTail>
 __global__ void __launch_bounds__(kExpertGemmThreads) expert_gemm_kernel(const ExpertGemmParams p) {
   const int e = blockIdx.y;
   const int first = p.row_offsets[e], last = p.row_offsets[e + 1];
@@ -91,12 +95,12 @@ __global__ void __launch_bounds__(kExpertGemmThreads) expert_gemm_kernel(const E
     const int tokens = min(8 * kTiles, last - pass);
     float acc[kTiles][4] = {};
     Raw cur, nxt;
-    load_raw(cur, codes, scales, 0, blocks);
+    load_raw<kHalfTail>(cur, codes, scales, 0, blocks);
     for (int step = 0; step < steps; ++step) {
-      if (step + 1 < steps) load_raw(nxt, codes, scales, step + 1, blocks);
+      if (step + 1 < steps) load_raw<kHalfTail>(nxt, codes, scales, step + 1, blocks);
 #pragma unroll
       for (int b = 0; b < kBlocksPerStep; ++b) {
-        if (step * kBlocksPerStep + b >= blocks) break;  // uniform across the CTA
+        if (kHalfTail && step * kBlocksPerStep + b >= blocks) break;  // uniform across the CTA
         uint32_t a[8][4];
         block_fragments(cur, b, a);
         const int64_t k0 = int64_t{step} * kExpertGemmStepK + 128 * b + 32 * tig;
@@ -137,7 +141,11 @@ __global__ void __launch_bounds__(kExpertGemmThreads) expert_gemm_kernel(const E
 
 cudaError_t launch_expert_gemm(const ExpertGemmParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.n / kExpertGemmRows), static_cast<unsigned>(p.experts));
-  expert_gemm_kernel<<<grid, kExpertGemmThreads, 0, stream>>>(p);
+  if (p.k % kExpertGemmStepK == 0) {
+    expert_gemm_kernel<false><<<grid, kExpertGemmThreads, 0, stream>>>(p);
+  } else {
+    expert_gemm_kernel<true><<<grid, kExpertGemmThreads, 0, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 
