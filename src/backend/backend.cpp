@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include "core/check.h"
+
 namespace fp4 {
 
 std::string_view model_op_name(ModelOp op) {
@@ -22,5 +24,9 @@ std::string_view model_op_name(ModelOp op) {
   }
   return "?";
 }
+
+void Backend::begin_capture() { fail("the {} backend cannot record ops", name()); }
+
+std::unique_ptr<CapturedOps> Backend::end_capture() { fail("the {} backend cannot record ops", name()); }
 
 }  // namespace fp4

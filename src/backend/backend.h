@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "backend/model_ops.h"
@@ -32,6 +33,14 @@ enum class ModelOp : uint8_t {
 
 std::string_view model_op_name(ModelOp op);
 
+// A recorded sequence of ops (a CUDA graph): replaying it runs the same launches on the same
+// buffers, whatever they hold by then, for a fraction of the launch cost.
+class CapturedOps {
+ public:
+  virtual ~CapturedOps() = default;
+  virtual void replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -57,6 +66,14 @@ class Backend {
     int64_t total_bytes = 0, free_bytes = 0;
   };
   virtual MemoryStats device_memory() const { return {}; }
+
+  // Recording: the ops issued between begin_capture and end_capture (and the memory allocated
+  // and released among them) are recorded, not run. Only where supports_capture(); nothing in
+  // between may read results on the host. abort_capture ends a recording that failed.
+  virtual bool supports_capture() const { return false; }
+  virtual void begin_capture();
+  virtual std::unique_ptr<CapturedOps> end_capture();
+  virtual void abort_capture() noexcept {}
 
   virtual void linear(const LinearParams& p) = 0;
   virtual void rms_norm(const RmsNormParams& p) = 0;

@@ -50,6 +50,7 @@ LlmEngine::LlmEngine(const LoadedModel& model, EngineConfig config)
       runner_(model.config, model.weights, *model.resident, *model.backend, memory_),
       kv_(static_cast<int32_t>(config_.num_pages), kvcache::random_prefix_hash_key()),
       scheduler_(config_.scheduler, kv_) {
+  runner_.set_graphs(!config_.enforce_eager);
   for (int64_t l = 0; l < model.config.num_layers; ++l) {
     const model::AttentionWeights& a = model.weights.layers[l].attn;
     memory_.layer(l).kv_scales = {a.k_scale, a.v_scale};

@@ -33,6 +33,7 @@ struct EngineConfig {
   int64_t num_pages = 0;      // KV pool size, in pages of kvcache::kPageTokens tokens
   int64_t max_model_len = 0;  // prompt + output tokens of one request; 0: the model's context
   scheduler::SchedulerConfig scheduler;
+  bool enforce_eager = false;  // decode steps op by op, never from a recorded CUDA graph
 };
 
 class LlmEngine {
@@ -61,6 +62,7 @@ class LlmEngine {
   const EngineConfig& config() const { return config_; }
   const kvcache::KvCacheManager& kv() const { return kv_; }
   const model::ModelRunner& runner() const { return runner_; }
+  model::ModelRunner& runner() { return runner_; }
 
  private:
   struct Active {

@@ -26,6 +26,7 @@ Generator::Generator(const LoadedModel& model, GeneratorOptions options, int64_t
       memory_(model.config, options.cache, pages_for(options, max_total_tokens), *model.backend),
       runner_(model.config, model.weights, *model.resident, *model.backend, memory_),
       manager_(static_cast<int32_t>(memory_.num_pages()), kvcache::random_prefix_hash_key()) {
+  runner_.set_graphs(!options.enforce_eager);
   for (int64_t l = 0; l < model.config.num_layers; ++l) {
     const model::AttentionWeights& a = model.weights.layers[l].attn;
     memory_.layer(l).kv_scales = {a.k_scale, a.v_scale};

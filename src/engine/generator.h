@@ -43,6 +43,7 @@ struct GeneratorOptions {
   model::CacheFormats cache;
   int64_t num_pages = 0;           // 0: enough for the longest request it is asked to run
   int64_t prefill_chunk = 2048;    // prompt tokens per forward step
+  bool enforce_eager = false;      // decode steps op by op, never from a recorded CUDA graph
 };
 
 class Generator {

@@ -38,7 +38,10 @@ void check_batch(const StepBatch& b, const ModelConfig& c, int64_t num_pages) {
 
 ModelRunner::ModelRunner(const ModelConfig& config, const ModelWeights& weights,
                          const ResidentWeights& resident, Backend& backend, KvMemory& cache)
-    : config_(config), weights_(weights), backend_(backend), cache_(cache), resident_(resident) {}
+    : config_(config), weights_(weights), backend_(backend), cache_(cache), resident_(resident) {
+  graph_safe_ = backend.supports_capture();
+  for (const LayerWeights& l : weights.layers) graph_safe_ = graph_safe_ && !(l.moe && !l.moe_weights.nvfp4);
+}
 
 ModelRunner::Step ModelRunner::upload(const StepBatch& b) {
   Step s{.tokens = Buffer<int32_t>(backend_, b.tokens),
@@ -147,7 +150,8 @@ void ModelRunner::routed_f32(const MoeWeights& w, const float* x, int64_t rows,
   }
 }
 
-void ModelRunner::attention(int64_t layer_index, const Step& step, const float* x, float* out) {
+void ModelRunner::attention(int64_t layer_index, const Step& step, const float* x, float* out,
+                            bool keep_selection) {
   const LayerWeights& layer = weights_.layers[layer_index];
   const AttentionWeights& w = layer.attn;
   LayerCache& cache = cache_.layer(layer_index);
@@ -190,7 +194,8 @@ void ModelRunner::attention(int64_t layer_index, const Step& step, const float* 
 
   const int32_t* selected = nullptr;
   if (layer.sparse) {
-    Buffer<int32_t>& sel = selection_[layer_index];
+    Buffer<int32_t> local;
+    Buffer<int32_t>& sel = keep_selection ? selection_[layer_index] : local;
     sel = Buffer<int32_t>(backend_, static_cast<size_t>(c.num_kv_heads * t * c.sparse_topk_blocks));
     backend_.indexer_topk({.ctx = step.ctx, .layout = &cache.index, .pool = cache.index_pages.data(),
                            .num_pages = cache_.num_pages(), .scale = cache.index_scale,
@@ -212,13 +217,21 @@ void ModelRunner::attention(int64_t layer_index, const Step& step, const float* 
 }
 
 std::vector<float> ModelRunner::forward(const StepBatch& b) {
-  const ModelConfig& c = config_;
-  check_batch(b, c, cache_.num_pages());
-  const int64_t t = static_cast<int64_t>(b.tokens.size()), h = c.hidden_size;
-  const float eps = static_cast<float>(c.rms_norm_eps);
+  check_batch(b, config_, cache_.num_pages());
   selection_.clear();
-  selection_.resize(static_cast<size_t>(c.num_layers));
+  selection_.resize(static_cast<size_t>(config_.num_layers));
+  if (graph_shaped(b)) return forward_graph(pad_blocks(b));
   const Step step = upload(b);
+  const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
+  Buffer<float> logits = floats(rows * config_.vocab_size);
+  run(step, rows, logits.data(), true);
+  return logits.download();
+}
+
+void ModelRunner::run(const Step& step, int64_t rows, float* logits, bool keep_selection) {
+  const ModelConfig& c = config_;
+  const int64_t t = step.ctx.tokens, h = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
 
   // The residual stream x; each sublayer's output `delta` is added to it by the norm that
   // follows (the next sublayer's, or the final one).
@@ -233,7 +246,7 @@ std::vector<float> ModelRunner::forward(const StepBatch& b) {
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& layer = weights_.layers[l];
     add_norm(l == 0 ? nullptr : delta.data(), layer.input_norm);
-    attention(l, step, normed.data(), delta.data());
+    attention(l, step, normed.data(), delta.data(), keep_selection);
     add_norm(delta.data(), layer.post_attention_norm);
     if (layer.moe) {
       moe(layer.moe_weights, normed.data(), t, delta.data());
@@ -243,12 +256,10 @@ std::vector<float> ModelRunner::forward(const StepBatch& b) {
   }
   add_norm(delta.data(), weights_.final_norm);
   // Only the rows whose next token is wanted reach the vocabulary projection.
-  const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
-  Buffer<float> last = floats(rows * h), logits = floats(rows * c.vocab_size);
+  Buffer<float> last = floats(rows * h);
   backend_.gather_rows({.table = normed.data(), .table_rows = t, .dim = h,
                         .ids = step.logit_rows.data(), .count = rows, .out = last.data()});
-  linear(weights_.output(), last.data(), rows, logits.data());
-  return logits.download();
+  linear(weights_.output(), last.data(), rows, logits);
 }
 
 std::vector<std::vector<int32_t>> ModelRunner::last_selection() const {

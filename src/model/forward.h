@@ -7,6 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -36,11 +39,25 @@ class ModelRunner {
               const ResidentWeights& resident, Backend& backend, KvMemory& cache);
 
   // Runs the step; returns logits [logit_rows.size(), vocab_size].
+  //
+  // Decode steps (one token per sequence, every row's logits wanted, at most kMaxGraphTokens)
+  // on a backend that records ops run from a recording (a CUDA graph) per batch size and
+  // block-table width; their block tables are padded to a power of two of blocks so that a
+  // recording serves many context lengths. The first step of a shape records, the rest replay.
+  // The padding applies with graphs off too, so both give the same bits.
   std::vector<float> forward(const StepBatch& batch);
+
+  static constexpr int64_t kMaxGraphTokens = 256;
+  // Graphs on (the default) or off (every step launched op by op: --enforce-eager).
+  void set_graphs(bool enabled) { graphs_enabled_ = enabled; }
+  // Whether decode steps can be recorded: the backend records, and no MoE layer must read its
+  // expert sizes on the host (FP32 experts do).
+  bool graphs_possible() const { return graph_safe_; }
+  int64_t recorded_graphs() const { return static_cast<int64_t>(graphs_.size()); }
 
   // The blocks the indexer chose in the last step, per layer ([kv_heads, T, topk] on MSA
   // layers, empty on dense ones), copied to the host. Kept so tests and callers can check that
-  // selection is really sparse.
+  // selection is really sparse. Decode steps of the recorded shape keep none.
   std::vector<std::vector<int32_t>> last_selection() const;
 
   const ModelConfig& config() const { return config_; }
@@ -53,8 +70,14 @@ class ModelRunner {
     PagedContext ctx;
   };
   Step upload(const StepBatch& b);
+  // The whole step's ops, writing logits [rows, vocab]; no host reads when graph_safe_.
+  void run(const Step& step, int64_t rows, float* logits, bool keep_selection);
+  // Decode steps: their block tables padded (graph shapes), then recorded or replayed.
+  bool graph_shaped(const StepBatch& b) const;
+  static StepBatch pad_blocks(const StepBatch& b);
+  std::vector<float> forward_graph(const StepBatch& b);
 
-  void attention(int64_t layer, const Step& step, const float* x, float* out);
+  void attention(int64_t layer, const Step& step, const float* x, float* out, bool keep_selection);
   void mlp(const MlpWeights& w, const float* x, int64_t rows, float* out);
   void moe(const MoeWeights& w, const float* x, int64_t rows, float* out);
   // The routed experts' outputs y [rows x top_k, hidden], grouped by expert.
@@ -71,6 +94,16 @@ class ModelRunner {
   KvMemory& cache_;
   const ResidentWeights& resident_;
   std::vector<Buffer<int32_t>> selection_;
+
+  // A recorded decode step: its inputs and logits live in these buffers between replays.
+  struct Graph {
+    Step step;
+    Buffer<float> logits;
+    std::unique_ptr<CapturedOps> ops;
+  };
+  bool graph_safe_ = false;
+  bool graphs_enabled_ = true;
+  std::map<std::pair<int64_t, int64_t>, Graph> graphs_;  // by (tokens, max_blocks)
 };
 
 }  // namespace fp4::model

@@ -49,10 +49,12 @@ struct Greedy {
   std::vector<std::vector<int32_t>> prompt_selection;
 };
 
-Greedy run(const LoadedModel& m, PageDType cache, const std::vector<int32_t>& prompt, int64_t steps) {
+Greedy run(const LoadedModel& m, PageDType cache, const std::vector<int32_t>& prompt, int64_t steps,
+           bool eager = false, int64_t* recorded = nullptr) {
   GeneratorOptions o;
   o.cache = {cache, cache};
   o.prefill_chunk = 2048;
+  o.enforce_eager = eager;
   Generator g(m, o, static_cast<int64_t>(prompt.size()) + steps);
   GenerateRequest r;
   r.prompt = prompt;
@@ -61,6 +63,7 @@ Greedy run(const LoadedModel& m, PageDType cache, const std::vector<int32_t>& pr
   r.ignore_eos = true;
   r.keep_logits = true;
   GenerateResult res = g.generate(r);
+  if (recorded != nullptr) *recorded = g.runner().recorded_graphs();
   return {std::move(res.tokens), std::move(res.step_logits), std::move(res.prompt_selection)};
 }
 
@@ -190,6 +193,29 @@ TEST_F(EngineOnGpu, Stories260kWritesTheSameStory) {
   std::printf("[  STORY   ] %s\n", cpu.tokenizer->decode(same, true).c_str());
 }
 
+// Decode steps replayed from recorded CUDA graphs run the very kernels of the eager steps on
+// the same shapes (the block tables are padded alike), so the logits are the same bits.
+TEST_F(EngineOnGpu, RecordedDecodeStepsGiveTheEagerBits) {
+  const std::string dir = model_dir("FP4_DEFAULT_MODEL");
+  ASSERT_FALSE(dir.empty()) << "FP4_DEFAULT_MODEL must name the built-in model's directory";
+  const LoadedModel gpu = load_on_gpu(dir, cuda::IndexerMath::kTensorCores);
+  auto rng = testing::seeded_rng(82);
+  // 3,000 tokens: the 64 steps cross a block boundary (24 -> 25 blocks, padded to 32 alike).
+  std::vector<int32_t> prompt(3000);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(gpu.config.vocab_size - 4));
+  for (int32_t& t : prompt) t = token(rng);
+  for (PageDType cache : {PageDType::kBF16, PageDType::kNVFP4}) {
+    int64_t recorded = 0;
+    const Greedy graphs = run(gpu, cache, prompt, 64, false, &recorded);
+    const Greedy eager = run(gpu, cache, prompt, 64, true);
+    EXPECT_GE(recorded, 1) << "no decode step was recorded";
+    EXPECT_EQ(graphs.tokens, eager.tokens) << kvcache::page_dtype_name(cache);
+    EXPECT_EQ(graphs.logits, eager.logits) << kvcache::page_dtype_name(cache) << ": replayed logits differ";
+    std::printf("[  CHECKED ] %s cache: 64 decode steps from %lld recorded graph(s) equal the eager steps\n",
+                std::string(kvcache::page_dtype_name(cache)).c_str(), static_cast<long long>(recorded));
+  }
+}
+
 // The serving engine's steps batch several sequences (prefill chunks beside decodes); each
 // request's tokens must be the CPU engine's.
 TEST_F(EngineOnGpu, BatchedServingStepsAgreeWithTheCpu) {
@@ -213,12 +239,13 @@ TEST_F(EngineOnGpu, BatchedServingStepsAgreeWithTheCpu) {
     std::vector<int32_t> tokens;
     std::vector<double> margins;  // best minus runner-up logprob, per step
   };
-  auto serve = [&](const LoadedModel& m) {
+  auto serve = [&](const LoadedModel& m, bool eager = false) {
     EngineConfig config;
     config.cache = {PageDType::kNVFP4, PageDType::kNVFP4};
     config.num_pages = 256;
     config.max_model_len = 4096;
     config.scheduler = {.max_num_seqs = 8, .max_num_batched_tokens = 1024};
+    config.enforce_eager = eager;
     LlmEngine engine(m, config);
     for (size_t i = 0; i < requests.size(); ++i) engine.add_request(static_cast<RequestId>(i), requests[i]);
     std::map<RequestId, Served> tokens;
@@ -233,7 +260,10 @@ TEST_F(EngineOnGpu, BatchedServingStepsAgreeWithTheCpu) {
     EXPECT_EQ(engine.metrics().kv_pages_used, 0) << m.backend->name() << ": pages leaked";
     return tokens;
   };
-  const auto want = serve(cpu), got = serve(gpu);
+  const auto want = serve(cpu), got = serve(gpu), got_eager = serve(gpu, true);
+  for (const auto& [id, g] : got) {
+    EXPECT_EQ(g.tokens, got_eager.at(id).tokens) << "request " << id << ": graph and eager steps differ";
+  }
   int64_t same = 0;
   for (const auto& [id, w] : want) {
     const std::vector<int32_t>& tokens = w.tokens;

@@ -37,6 +37,7 @@ struct GenerateFlags {
   std::string dump_selection;
   bool progress = false;
   std::string device = "auto";
+  bool enforce_eager = false;
 };
 
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& what) {
@@ -111,6 +112,7 @@ void run_generate(const GenerateFlags& f) {
 
   engine::GeneratorOptions options;
   options.cache = engine::cache_formats(f.kv_cache_dtype, f.index_cache_dtype);
+  options.enforce_eager = f.enforce_eager;
   engine::Generator generator(m, options,
                               static_cast<int64_t>(req.prompt.size()) + req.max_tokens);
   // Plain output streams: each token's text is printed as soon as no later token can change it.
@@ -174,10 +176,14 @@ void run_generate(const GenerateFlags& f) {
   std::fflush(stdout);
   fmt::print(stderr,
              "\n[fp4serve] {} prompt + {} generated tokens ({}), kv cache {}, index cache {}, {} "
-             "threads | load {:.2f} s | prefill {:.1f} tok/s | decode {:.1f} tok/s\n",
+             "| load {:.2f} s | prefill {:.1f} tok/s | decode {:.1f} tok/s\n",
              req.prompt.size(), r.tokens.size(), r.finish_reason,
              kvcache::page_dtype_name(options.cache.kv), kvcache::page_dtype_name(options.cache.index),
-             default_num_threads(), m.load_seconds, prefill_tps, decode_tps);
+             m.backend->uses_host_memory()
+                 ? fmt::format("{} threads", default_num_threads())
+                 : fmt::format("{}, {}", m.backend->name(),
+                               generator.runner().graphs_possible() && !f.enforce_eager ? "CUDA graphs" : "eager"),
+             m.load_seconds, prefill_tps, decode_tps);
 }
 
 }  // namespace
@@ -216,6 +222,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--progress", flags->progress, "Show the loading progress bar even when piped");
   sub->add_option("--device", flags->device, "auto (the GPU when one is visible), cuda, cpu")
       ->capture_default_str()->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  sub->add_flag("--enforce-eager", flags->enforce_eager, "Launch decode steps op by op instead of from recorded CUDA graphs");
   sub->callback([flags, &exit_code, sub] {
     flags->prompt_given = sub->count("--prompt") > 0;
     run_generate(*flags);

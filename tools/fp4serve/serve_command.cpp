@@ -42,6 +42,7 @@ struct ServeFlags {
   int64_t max_body_bytes = int64_t{32} << 20;
   bool progress = false;
   std::string device = "auto";
+  bool enforce_eager = false;
 };
 
 // The built-in models' config.json says how they were made. A random-weights model is announced
@@ -93,6 +94,7 @@ void run_serve(const ServeFlags& f) {
             "--max-model-len {} exceeds the model's context of {} tokens", config.max_model_len,
             model.config.max_position_embeddings);
   config.scheduler = {.max_num_seqs = f.max_num_seqs, .max_num_batched_tokens = f.max_num_batched_tokens};
+  config.enforce_eager = f.enforce_eager;
   // On the CPU more pages than max_num_seqs full-length sequences could use would only take
   // memory from the rest of the machine; a GPU's memory is the engine's, as in vLLM.
   const bool host = model.backend->uses_host_memory();
@@ -167,6 +169,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--progress", f->progress, "Show the loading progress bar even when piped");
   sub->add_option("--device", f->device, "auto (the GPU when one is visible), cuda, cpu")
       ->capture_default_str()->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  sub->add_flag("--enforce-eager", f->enforce_eager, "Launch decode steps op by op instead of from recorded CUDA graphs");
   sub->callback([f, &exit_code] {
     run_serve(*f);
     exit_code = 0;

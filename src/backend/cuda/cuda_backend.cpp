@@ -47,6 +47,9 @@ CudaBackend::CudaBackend() {
   cublas_ = handle;
   FP4_CUBLAS_CHECK(cublasSetStream(handle, stream_));
   FP4_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));
+  constexpr size_t kCublasWorkspace = size_t{32} << 20;
+  FP4_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
+  FP4_CUBLAS_CHECK(cublasSetWorkspace(handle, cublas_workspace_, kCublasWorkspace));
 }
 
 CudaBackend::~CudaBackend() {
@@ -55,6 +58,45 @@ CudaBackend::~CudaBackend() {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
+  if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
+}
+
+namespace {
+
+class CudaGraph final : public CapturedOps {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  void replay() override { FP4_CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+void CudaBackend::begin_capture() {
+  // The recording's inputs were just allocated on this stream; waiting for them first keeps
+  // compute-sanitizer from taking the graph's reads of them for reads of unallocated memory.
+  synchronize();
+  FP4_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+}
+
+std::unique_ptr<CapturedOps> CudaBackend::end_capture() {
+  cudaGraph_t graph = nullptr;
+  FP4_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  FP4_CUDA_CHECK(status);
+  return std::make_unique<CudaGraph>(exec, stream_);
+}
+
+void CudaBackend::abort_capture() noexcept {
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
+  (void)cudaGetLastError();
 }
 
 bool CudaBackend::supports(ModelOp, kvcache::PageDType) const { return true; }

@@ -34,6 +34,12 @@ class CudaBackend final : public Backend {
   bool uses_host_memory() const override { return false; }
   MemoryStats device_memory() const override;
 
+  // CUDA graphs: the stream is captured (relaxed mode) and the graph instantiated.
+  bool supports_capture() const override { return true; }
+  void begin_capture() override;
+  std::unique_ptr<CapturedOps> end_capture() override;
+  void abort_capture() noexcept override;
+
   // FP32 GEMM on cuBLAS in its pedantic mode: IEEE FP32 products and sums (never TF32), in
   // cuBLAS's order, so results differ from the CPU's only by the order of the sums.
   void linear(const LinearParams& p) override;
@@ -64,6 +70,7 @@ class CudaBackend final : public Backend {
  private:
   cudaStream_t stream_ = nullptr;
   cublasContext* cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;  // cuBLAS's, set once so a captured GEMM allocates nothing
   IndexerTopkOptions indexer_;
 };
 
