@@ -107,10 +107,11 @@ GenerateResult Generator::generate(const GenerateRequest& r,
     const int64_t n = std::min<int64_t>(options_.prefill_chunk,
                                         static_cast<int64_t>(r.prompt.size()) - pos);
     const std::vector<int32_t> chunk(r.prompt.begin() + pos, r.prompt.begin() + pos + n);
-    logits = runner_.forward(step_for(seq, chunk, pos));
+    const bool last = pos + n == static_cast<int64_t>(r.prompt.size());
+    logits = runner_.forward(step_for(seq, chunk, pos), /*need_selection=*/last);
     manager_.append(seq, chunk);
     pos += n;
-    if (pos == static_cast<int64_t>(r.prompt.size())) out.prompt_selection = last_token_selection(n);
+    if (last) out.prompt_selection = last_token_selection(n);
   }
   out.prefill_seconds = seconds_since(start);
 

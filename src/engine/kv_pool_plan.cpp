@@ -48,7 +48,7 @@ KvPoolPlan plan_kv_pool(const model::ModelConfig& config, model::CacheFormats fo
     // vLLM: requested = ceil(total x utilization); what is in use now (weights, everything
     // else on the machine) is not available to the cache.
     const int64_t in_use = memory.total_bytes - memory.available_bytes;
-    p.budget_bytes = kvcache::kv_budget_bytes(memory.total_bytes, r.memory_utilization, in_use);
+    p.budget_bytes = kvcache::kv_budget_bytes(memory.total_bytes, r.memory_utilization, in_use + r.reserve_bytes);
   }
   p.pages_per_seq = kvcache::pages_for_tokens(r.max_model_len);
   p.num_pages = p.budget_bytes > 0 ? p.budget_bytes / p.page_bytes : 0;

@@ -31,6 +31,7 @@ struct KvPoolRequest {
   int64_t kv_cache_memory = 0;      // --kv-cache-memory: bytes, overriding the computation when > 0
   int64_t max_model_len = 0;
   int64_t max_num_seqs = 0;         // > 0: no more pages than this many full-length sequences use
+  int64_t reserve_bytes = 0;        // kept out of the pool: the steps' activations
 };
 
 struct KvPoolPlan {

@@ -21,7 +21,8 @@ std::unique_ptr<Backend> make_backend(const std::string& device) {
 #if FP4_HAVE_CUDA
   const bool gpu = cuda::device_count() > 0;
   FP4_CHECK(gpu || device == "auto", "--device cuda: no CUDA device is visible");
-  if (gpu) return std::make_unique<cuda::CudaBackend>();
+  // auto takes the GPU only where the kernels run (sm_90); cuda on another GPU names it.
+  if (gpu && (device == "cuda" || cuda::device_info(0).sm_major == 9)) return std::make_unique<cuda::CudaBackend>();
 #else
   FP4_CHECK(device == "auto", "--device cuda: this build of fp4serve has no CUDA backend");
 #endif

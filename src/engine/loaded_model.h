@@ -18,11 +18,12 @@ namespace fp4::engine {
 struct LoadOptions {
   std::string model_dir;
   bool progress = false;  // force the loading progress bar even when stderr is not a terminal
-  std::string device = "auto";  // --device: cuda, cpu, or auto (cuda when a GPU is visible)
+  std::string device = "auto";  // --device: cuda, cpu, or auto (cuda when a Hopper GPU is visible)
 };
 
 // The backend for a --device value: "cpu", "cuda" (an fp4::Error when this build has no CUDA
-// backend or no GPU is visible) or "auto" (the GPU when there is one, else the CPU).
+// backend, no GPU is visible or it is not Hopper) or "auto" (the GPU when there is a Hopper one,
+// else the CPU).
 std::unique_ptr<Backend> make_backend(const std::string& device);
 
 struct LoadedModel {

@@ -216,11 +216,11 @@ void ModelRunner::attention(int64_t layer_index, const Step& step, const float* 
   linear(w.o, attn.data(), t, out);
 }
 
-std::vector<float> ModelRunner::forward(const StepBatch& b) {
+std::vector<float> ModelRunner::forward(const StepBatch& b, bool need_selection) {
   check_batch(b, config_, cache_.num_pages());
   selection_.clear();
   selection_.resize(static_cast<size_t>(config_.num_layers));
-  if (graph_shaped(b)) return forward_graph(pad_blocks(b));
+  if (!need_selection && graph_shaped(b)) return forward_graph(pad_blocks(b));
   const Step step = upload(b);
   const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
   Buffer<float> logits = floats(rows * config_.vocab_size);

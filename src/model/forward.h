@@ -44,10 +44,14 @@ class ModelRunner {
   // on a backend that records ops run from a recording (a CUDA graph) per batch size and
   // block-table width; their block tables are padded to a power of two of blocks so that a
   // recording serves many context lengths. The first step of a shape records, the rest replay.
-  // The padding applies with graphs off too, so both give the same bits.
-  std::vector<float> forward(const StepBatch& batch);
+  // The padding applies with graphs off too, so both give the same bits. need_selection: run
+  // the step so that last_selection() reports it (never from a recording).
+  std::vector<float> forward(const StepBatch& batch, bool need_selection = false);
 
   static constexpr int64_t kMaxGraphTokens = 256;
+  // Recordings kept at most; steps of further shapes run op by op. Each holds its inputs and
+  // logits, and the memory its ops allocate is the graph's.
+  static constexpr int64_t kMaxGraphs = 64;
   // Graphs on (the default) or off (every step launched op by op: --enforce-eager).
   void set_graphs(bool enabled) { graphs_enabled_ = enabled; }
   // Whether decode steps can be recorded: the backend records, and no MoE layer must read its
@@ -57,7 +61,7 @@ class ModelRunner {
 
   // The blocks the indexer chose in the last step, per layer ([kv_heads, T, topk] on MSA
   // layers, empty on dense ones), copied to the host. Kept so tests and callers can check that
-  // selection is really sparse. Decode steps of the recorded shape keep none.
+  // selection is really sparse. Steps of the recorded shape keep none unless need_selection.
   std::vector<std::vector<int32_t>> last_selection() const;
 
   const ModelConfig& config() const { return config_; }

@@ -40,6 +40,12 @@ std::vector<float> ModelRunner::forward_graph(const StepBatch& b) {
   }
   const std::pair<int64_t, int64_t> shape{t, b.max_blocks};
   auto it = graphs_.find(shape);
+  if (it == graphs_.end() && static_cast<int64_t>(graphs_.size()) >= kMaxGraphs) {
+    const Step step = upload(b);  // no room for another recording: this shape runs op by op
+    Buffer<float> logits = floats(t * config_.vocab_size);
+    run(step, t, logits.data(), false);
+    return logits.download();
+  }
   if (it == graphs_.end()) {
     Graph g{.step = upload(b), .logits = floats(t * config_.vocab_size), .ops = nullptr};
     backend_.begin_capture();

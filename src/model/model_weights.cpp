@@ -103,17 +103,18 @@ MoeWeights load_moe(const Loader& l, const std::string& base, const ModelConfig&
   m.router = l.linear(base + "gate", c.num_experts, h);
   if (c.routing_bias) m.bias = l.vector(base + "e_score_correction_bias", c.num_experts);
   const int64_t inter = c.moe_intermediate_size;
-  // NVFP4 as stored when every routed projection is NVFP4 with whole 16-value blocks.
-  m.nvfp4 = h % 16 == 0 && inter % 16 == 0;
+  // NVFP4 as stored when every routed projection is NVFP4 and the W4A16 kernel takes the shapes.
+  m.nvfp4 = w4a16_expert_shapes(h, inter);
   for (int64_t e = 0; e < c.num_experts && m.nvfp4; ++e) {
     for (const char* w : {"w1", "w3", "w2"}) m.nvfp4 = m.nvfp4 && l.is_nvfp4(fmt::format("{}experts.{}.{}", base, e, w));
   }
   for (int64_t e = 0; e < c.num_experts; ++e) {
     const std::string expert = fmt::format("{}experts.{}.", base, e);
     if (m.nvfp4) {
-      l.append_nvfp4(expert + "w1", inter, h, m.gate);
-      l.append_nvfp4(expert + "w3", inter, h, m.up);
-      l.append_nvfp4(expert + "w2", h, inter, m.down);
+      const bool stacked = l.append_nvfp4(expert + "w1", inter, h, m.gate) &&
+                           l.append_nvfp4(expert + "w3", inter, h, m.up) &&
+                           l.append_nvfp4(expert + "w2", h, inter, m.down);
+      FP4_CHECK(stacked, "{}: an expert projection checked as NVFP4 did not read as NVFP4", expert);
     } else {
       m.experts.push_back(load_mlp(l, expert, "w1", "w3", "w2", h, inter));
     }

@@ -43,12 +43,20 @@ struct Nvfp4Experts {
   int64_t n = 0, k = 0;
 };
 
+// Whether routed experts of this width run as the grouped W4A16 matmul: its GPU kernel tiles n
+// by 64 and k by 128, for gate and up ([inter, hidden]) and down ([hidden, inter]). Every
+// backend applies the same rule, so a model computes the same function everywhere.
+constexpr bool w4a16_expert_shapes(int64_t hidden, int64_t inter) {
+  return hidden > 0 && inter > 0 && hidden % 128 == 0 && inter % 128 == 0;
+}
+
 struct MoeWeights {
   LinearWeight router;           // [experts, hidden], FP32 in the checkpoint
   std::vector<float> bias;       // [experts] selection bias, empty when unused
-  // When the checkpoint stores every routed expert's projections in NVFP4 they stay NVFP4
-  // (gate, up, down below) and `experts` is empty: the experts run as the grouped W4A16 matmul,
-  // activations rounded to BF16, on every backend. Otherwise `experts` holds them in FP32.
+  // When the checkpoint stores every routed expert's projections in NVFP4 and their shapes
+  // pass w4a16_expert_shapes, they stay NVFP4 (gate, up, down below) and `experts` is empty:
+  // the experts run as the grouped W4A16 matmul, activations rounded to BF16, on every backend.
+  // Otherwise `experts` holds them in FP32.
   bool nvfp4 = false;
   Nvfp4Experts gate, up, down;
   std::vector<MlpWeights> experts;

@@ -30,8 +30,11 @@ def run(args, what, timeout=600):
     return r
 
 
-def generate(binary, model_dir, prompt, max_tokens, vocab, workdir, kv_cache_dtype="auto", timeout=600):
-    """Greedy generation with logits dump. Returns (token_ids [n], logits [n, vocab] float64)."""
+def generate(binary, model_dir, prompt, max_tokens, vocab, workdir, kv_cache_dtype="auto", timeout=600,
+             device="cpu"):
+    """Greedy generation with logits dump. Returns (token_ids [n], logits [n, vocab] float64).
+    The CPU engine by default: the references test the oracle, whose tolerances they derive
+    (the GPU engine is held to the CPU engine by tests/gpu)."""
     prompt_file = os.path.join(workdir, "prompt_ids.txt")
     dump = os.path.join(workdir, f"logits_{kv_cache_dtype}.f32")
     with open(prompt_file, "w") as f:
@@ -41,7 +44,8 @@ def generate(binary, model_dir, prompt, max_tokens, vocab, workdir, kv_cache_dty
     what = f"fp4serve generate (--kv-cache-dtype {kv_cache_dtype}, {len(prompt)} prompt tokens)"
     r = run([binary, "generate", "--model", model_dir, "--prompt-ids-file", prompt_file,
              "--max-tokens", str(max_tokens), "--temperature", "0", "--ignore-eos",
-             "--kv-cache-dtype", kv_cache_dtype, "--json", "--dump-logits", dump], what, timeout)
+             "--kv-cache-dtype", kv_cache_dtype, "--device", device, "--json", "--dump-logits", dump],
+            what, timeout)
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     try:
         reply = json.loads(lines[-1])

@@ -50,8 +50,11 @@ def text_config(preset):
     if preset == "tiny-dense":
         c["intermediate_size"] = 256
         return c
+    # tiny-m3.1-flash's experts are wide enough for the engine's W4A16 path (hidden and
+    # intermediate multiples of 128); tiny-m3's run their NVFP4 variant in FP32.
     c.update(num_local_experts=8, num_experts_per_tok=2, moe_layer_freq=[0] + [1] * (n - 1),
-             intermediate_size=64, dense_intermediate_size=256, shared_intermediate_size=64,
+             intermediate_size=128 if preset == "tiny-m3.1-flash" else 64,
+             dense_intermediate_size=256, shared_intermediate_size=64,
              n_shared_experts=1, use_routing_bias=True, routed_scaling_factor=2.0, scoring_func="sigmoid")
     sparse = [1] * n if preset == "tiny-m3.1-flash" else [0] + [1] * (n - 1)
     c["sparse_attention_config"] = dict(

@@ -50,6 +50,7 @@ class Config:
             self.num_experts_per_tok = t["num_experts_per_tok"]
             self.moe_layers = [bool(f) for f in t.get("moe_layer_freq", [1] * self.num_layers)]
             self.shared_intermediate = t.get("shared_intermediate_size", 0) or 0
+            self.moe_intermediate = t["intermediate_size"]
             self.routing_bias = t.get("use_routing_bias", False)
             self.routed_scaling_factor = t.get("routed_scaling_factor", 1.0)
             if t.get("scoring_func", "sigmoid") != "sigmoid":
@@ -137,7 +138,10 @@ class Model:
                     layer["router_bias"] = get(m + "e_score_correction_bias")
                 names = [[f"{m}experts.{e}.{w}.weight" for w in ("w1", "w3", "w2")] for e in range(cfg.num_experts)]
                 layer["experts"] = [tuple(get(n) for n in expert) for expert in names]
-                layer["experts_nvfp4"] = all(p + n in nvfp4 for expert in names for n in expert)
+                # W4A16 where the engine runs it: NVFP4 experts of the shapes its grouped kernel
+                # tiles (model_weights.h, w4a16_expert_shapes).
+                layer["experts_nvfp4"] = (all(p + n in nvfp4 for expert in names for n in expert)
+                                          and cfg.hidden % 128 == 0 and cfg.moe_intermediate % 128 == 0)
                 layer["experts_w4a16"] = layer["experts_nvfp4"]
                 if cfg.shared_intermediate:
                     layer["shared"] = tuple(get(f"{m}shared_experts.{w}.weight")

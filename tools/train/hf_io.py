@@ -183,6 +183,9 @@ def load_model(model_dir, dtype=torch.float64):
                 raise KeyError(f"{model_dir}: tensor {key} is missing")
             state[name] = tensors[key]
     model.load_state_dict(state)
+    # The engine's rule (model_weights.h, w4a16_expert_shapes): its grouped kernel's tiles.
+    if cfg.hidden_size % 128 or cfg.expert_intermediate_size % 128:
+        w4a16 = {m: False for m in w4a16}
     # NVFP4 experts compute as the engine serves them (W4A16: BF16 activations).
     for module, enabled in w4a16.items():
         model.get_submodule(module).w4a16 = enabled

@@ -364,7 +364,8 @@ class MoE(nn.Module):
         # would each add a zero-filled copy of the whole tensor.
         w1, w3, w2 = w1.unbind(0), w3.unbind(0), w2.unbind(0)
         r = self._activation_rounding
-        ys = [F.linear(r(swiglu_oai(F.linear(r(seg), w1[e]), F.linear(r(seg), w3[e]), self.cfg)), w2[e])
+        xs = r(xs)  # once, as the engine rounds each input row once for gate and up
+        ys = [F.linear(r(swiglu_oai(F.linear(seg, w1[e]), F.linear(seg, w3[e]), self.cfg)), w2[e])
               for e, seg in enumerate(torch.split(xs, sizes)) if sizes[e]]
         return torch.cat(ys)
 

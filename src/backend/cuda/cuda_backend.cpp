@@ -36,6 +36,16 @@ CudaBackend::CudaBackend() {
   FP4_CHECK(info.sm_major == 9 && info.sm_minor == 0,
             "the CUDA device ({}) is sm_{}{}; the kernels are built for sm_90a (Hopper)", info.name,
             info.sm_major, info.sm_minor);
+  try {
+    init();
+  } catch (...) {
+    release_resources();
+    throw;
+  }
+}
+
+void CudaBackend::init() {
+  constexpr int device = 0;
   FP4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   // Keep freed memory in the pool: a step's activations are the next step's.
   cudaMemPool_t pool = nullptr;
@@ -52,7 +62,9 @@ CudaBackend::CudaBackend() {
   FP4_CUBLAS_CHECK(cublasSetWorkspace(handle, cublas_workspace_, kCublasWorkspace));
 }
 
-CudaBackend::~CudaBackend() {
+CudaBackend::~CudaBackend() { release_resources(); }
+
+void CudaBackend::release_resources() noexcept {
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);

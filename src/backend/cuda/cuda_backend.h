@@ -23,6 +23,12 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
+ private:
+  void init();  // the stream, the pool's policy, cuBLAS
+  void release_resources() noexcept;
+
+ public:
+
   std::string_view name() const override { return "cuda"; }
   bool supports(ModelOp op, kvcache::PageDType page_dtype) const override;
 
@@ -60,7 +66,8 @@ class CudaBackend final : public Backend {
   void moe_combine(const MoeCombineParams& p) override;
 
   // How the indexer scores (tensor cores by default; kExact reproduces the CPU's scores bit for
-  // bit from the same inputs, for comparisons with the CPU engine).
+  // bit from the same inputs, for comparisons with the CPU engine). Set it before any step is
+  // recorded: a recording replays the kernel it was made with.
   void set_indexer_math(IndexerMath math) { indexer_.math = math; }
 
   cudaStream_t stream() const { return stream_; }

@@ -45,11 +45,12 @@ class EngineAgreement(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def compare(self, model_dir):
+    def compare(self, model_dir, cfg=None):
+        cfg = cfg or self.cfg
         m64 = hf_io.load_model(model_dir, torch.float64)
         m32 = hf_io.load_model(model_dir, torch.float32)
-        prompt = np.random.default_rng(12).integers(0, self.cfg.vocab_size, PROMPT)
-        ids, logits = engine_runner.generate(self.binary, model_dir, prompt, STEPS, self.cfg.vocab_size,
+        prompt = np.random.default_rng(12).integers(0, cfg.vocab_size, PROMPT)
+        ids, logits = engine_runner.generate(self.binary, model_dir, prompt, STEPS, cfg.vocab_size,
                                              self.tmp.name)
         full = np.concatenate([prompt, ids[:-1]])
         rec64, rec32 = {}, {}
@@ -75,10 +76,10 @@ class EngineAgreement(unittest.TestCase):
             s64, s32 = s64[0].numpy(), s32[0].double().numpy()
             finite = np.isfinite(s64)
             score_noise = np.abs(s64[finite] - s32[finite]).max()
-            for g in range(self.cfg.num_kv_heads):
+            for g in range(cfg.num_kv_heads):
                 margin = layers_reference.selection_margin(
-                    s64[g, rows], rows, self.cfg.sparse_block_size, self.cfg.sparse_topk_blocks,
-                    self.cfg.sparse_init_blocks, self.cfg.sparse_local_blocks)
+                    s64[g, rows], rows, cfg.sparse_block_size, cfg.sparse_topk_blocks,
+                    cfg.sparse_init_blocks, cfg.sparse_local_blocks)
                 near |= margin < NOISE_FACTOR * score_noise + 1e-6
         top2 = engine_runner.top2_margin(ref)
         compared = 0
@@ -99,9 +100,22 @@ class EngineAgreement(unittest.TestCase):
         self.compare(self.bf16_dir)
 
     def test_nvfp4_experts(self):
-        self.assertTrue(all(m.w4a16 for m in hf_io.load_model(self.nvfp4_dir).moe_layers()),
-                        "NVFP4 experts load as W4A16")
+        # hidden 64, experts 32 wide: not W4A16 shapes, so the engine (and the loaded model)
+        # computes these NVFP4 experts in FP32 (model_weights.h, w4a16_expert_shapes).
+        self.assertFalse(any(m.w4a16 for m in hf_io.load_model(self.nvfp4_dir).moe_layers()))
         self.compare(self.nvfp4_dir)
+
+    def test_w4a16_experts(self):
+        """Experts wide enough for W4A16 (hidden and intermediate 128): the loaded model rounds
+        their activations to BF16 as the engine does, and agrees with it."""
+        # 16-block selection: the prompt fits it, so no MSA choice can stop the comparison.
+        cfg = common.tiny_config(hidden_size=128, expert_intermediate_size=128, num_heads=4, head_dim=32,
+                                 index_head_dim=32, rotary_dim=16, sparse_topk_blocks=16)
+        out = os.path.join(self.tmp.name, "w4a16")
+        export.export(common.random_model(cfg, seed=13), {"kind": "test"}, out, os.path.join(self.tmp.name, "w4a16-bf16"),
+                      self.binary)
+        self.assertTrue(all(m.w4a16 for m in hf_io.load_model(out).moe_layers()))
+        self.compare(out, cfg)
         with open(os.path.join(self.nvfp4_dir, "config.json")) as f:
             self.assertIn('"quant_algo": "NVFP4"', f.read())
 

@@ -1,0 +1,205 @@
+// The model's decode step on the GPU, through ModelRunner as the engine runs it (CUDA graphs
+// included). The model: the minimax-m3.1-flash preset's config with every layer an MSA + MoE
+// layer (as its layers 3-59 are) and a 32,768-token vocabulary (the vocabulary does not change a
+// layer's time); random weights: attention and the shared expert in FP32 (what the engine
+// holds them in today), routed experts in NVFP4 as a checkpoint stores them. The caches are
+// filled with one valid byte pattern, since the kernels' time does not depend on the values,
+// and a batch's sequences map onto at most kDistinctPages distinct pages (several GB, far
+// beyond the L2 cache). Per-layer time is (step of 3 layers - step of 1 layer) / 2, which
+// cancels the embedding, the LM head, the logits' copy to the host and the launch.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "core/check.h"
+#include "model/forward.h"
+#include "model/presets.h"
+#include "tools/fp4serve/bench_model.h"
+
+namespace fp4::bench {
+namespace {
+
+constexpr int64_t kVocab = 32768;
+constexpr int64_t kDistinctPages = 8192;
+
+model::ModelConfig m31_flash_layers(int64_t layers) {
+  const model::ModelPreset* preset = model::find_model_preset("minimax-m3.1-flash");
+  FP4_CHECK(preset != nullptr, "the minimax-m3.1-flash preset is missing");
+  model::ModelConfig c = model::parse_model_config(std::string(preset->config_json), "minimax-m3.1-flash");
+  c.num_layers = layers;
+  c.moe_layer.assign(static_cast<size_t>(layers), true);
+  c.sparse_layer.assign(static_cast<size_t>(layers), true);
+  c.vocab_size = kVocab;
+  return c;
+}
+
+// Random weights from a 64-bit LCG: gigabytes of them, where std::normal_distribution would
+// take minutes; the timing does not depend on the values, only on their being finite.
+class Filler {
+ public:
+  explicit Filler(uint64_t seed) : x_(seed) {}
+  std::vector<float> floats(int64_t n, float scale) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& f : v) f = scale * (static_cast<float>(next() >> 40) * 0x1p-23f - 1.0f);  // [-1, 1)
+    return v;
+  }
+  model::LinearWeight linear(int64_t out, int64_t in) {
+    return {.w = floats(out * in, 1.0f / std::sqrt(float(in))), .out = out, .in = in, .format = "f32"};
+  }
+  // NVFP4 stacks: codes from a cheap generator, E4M3 scales in [2^-6, 2^2) so no value is NaN.
+  model::Nvfp4Experts experts(int64_t count, int64_t n, int64_t k) {
+    model::Nvfp4Experts s;
+    s.n = n;
+    s.k = k;
+    s.values.resize(static_cast<size_t>(count * n * k / 2));
+    s.scales.resize(static_cast<size_t>(count * n * k / 16));
+    for (size_t i = 0; i + 8 <= s.values.size(); i += 8) {
+      const uint64_t word = next();
+      std::memcpy(&s.values[i], &word, 8);
+    }
+    for (uint8_t& b : s.scales) b = static_cast<uint8_t>(0x18 + (next() >> 60) * 2);
+    s.global_scales.assign(static_cast<size_t>(count), 1.0f / 64);
+    return s;
+  }
+
+ private:
+  uint64_t next() { return x_ = x_ * 6364136223846793005ull + 1442695040888963407ull; }
+  uint64_t x_;
+};
+
+model::ModelWeights random_weights(const model::ModelConfig& c, Filler& f) {
+  const int64_t h = c.hidden_size, d = c.head_dim, di = c.index_head_dim;
+  model::ModelWeights w;
+  w.embed = f.linear(c.vocab_size, h);
+  w.lm_head = f.linear(c.vocab_size, h);
+  w.final_norm = f.floats(h, 0.1f);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    model::LayerWeights layer;
+    layer.sparse = layer.moe = true;
+    layer.input_norm = f.floats(h, 0.1f);
+    layer.post_attention_norm = f.floats(h, 0.1f);
+    model::AttentionWeights& a = layer.attn;
+    a.q = f.linear(c.num_heads * d, h);
+    a.k = f.linear(c.num_kv_heads * d, h);
+    a.v = f.linear(c.num_kv_heads * d, h);
+    a.o = f.linear(h, c.num_heads * d);
+    a.q_norm = f.floats(d, 0.1f);
+    a.k_norm = f.floats(d, 0.1f);
+    a.index_q = f.linear(c.num_index_heads * di, h);
+    a.index_k = f.linear(di, h);
+    a.index_q_norm = f.floats(di, 0.1f);
+    a.index_k_norm = f.floats(di, 0.1f);
+    model::MoeWeights& m = layer.moe_weights;
+    m.router = f.linear(c.num_experts, h);
+    m.bias = f.floats(c.num_experts, 0.01f);
+    m.nvfp4 = true;
+    m.gate = f.experts(c.num_experts, c.moe_intermediate_size, h);
+    m.up = f.experts(c.num_experts, c.moe_intermediate_size, h);
+    m.down = f.experts(c.num_experts, h, c.moe_intermediate_size);
+    m.has_shared = true;
+    m.shared = {f.linear(c.shared_intermediate_size, h), f.linear(c.shared_intermediate_size, h),
+                f.linear(h, c.shared_intermediate_size)};
+    w.layers.push_back(std::move(layer));
+  }
+  return w;
+}
+
+// One model on the GPU with one cache per format.
+struct Bench {
+  model::ModelConfig config;
+  model::ModelWeights weights;
+  std::unique_ptr<model::ResidentWeights> resident;
+};
+
+// Milliseconds per decode step: the first step records the graph, then the median of `reps`.
+double step_ms(const Bench& b, cuda::CudaBackend& gpu, kvcache::PageDType dtype, int64_t batch, int64_t context,
+               int reps) {
+  model::KvMemory cache(b.config, {dtype, dtype}, kDistinctPages, gpu);
+  for (int64_t l = 0; l < b.config.num_layers; ++l) {
+    model::LayerCache& lc = cache.layer(l);
+    // 0x38: E4M3 1.0 (NVFP4 scales and FP8 values), E2M1 code pairs of 4.0, BF16 4.4e-5.
+    FP4_CUDA_CHECK(cudaMemsetAsync(lc.kv_pages.data(), 0x38, lc.kv_pages.size(), gpu.stream()));
+    FP4_CUDA_CHECK(cudaMemsetAsync(lc.index_pages.data(), 0x38, lc.index_pages.size(), gpu.stream()));
+    lc.kv_scales = {0.01f, 0.01f};
+  }
+  model::ModelRunner runner(b.config, b.weights, *b.resident, gpu, cache);
+  const int64_t blocks = (context + kvcache::kPageTokens - 1) / kvcache::kPageTokens;
+  model::StepBatch s;
+  std::mt19937_64 rng(static_cast<uint64_t>(batch * 7919 + context));
+  for (int64_t i = 0; i < batch; ++i) {
+    s.tokens.push_back(static_cast<int32_t>(rng() % kVocab));
+    s.positions.push_back(static_cast<int32_t>(context - 1));
+    s.seq_of_token.push_back(static_cast<int32_t>(i));
+    s.logit_rows.push_back(static_cast<int32_t>(i));
+    // The last block, where the step writes its token, is the sequence's own page (slots of one
+    // step must be distinct); the others cycle through the rest of the pool.
+    for (int64_t j = 0; j + 1 < blocks; ++j) {
+      s.block_tables.push_back(static_cast<int32_t>((i * blocks + j) % (kDistinctPages - batch)));
+    }
+    s.block_tables.push_back(static_cast<int32_t>(kDistinctPages - 1 - i));
+  }
+  s.num_seqs = batch;
+  s.max_blocks = blocks;
+  runner.forward(s);  // records
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    runner.forward(s);  // the KV slot of position context - 1 is rewritten each time: same work
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return cuda::median_of(ms);
+}
+
+// Bytes one layer must move for one decode step: its weights (FP32 attention and shared
+// expert, the router, the routed experts expected to be active), the index cache of every
+// visible block and the K/V of the selected ones.
+double layer_bytes(const model::ModelConfig& c, kvcache::PageDType dtype, int64_t batch, int64_t context) {
+  const int64_t h = c.hidden_size, d = c.head_dim, di = c.index_head_dim;
+  const double attention = 4.0 * h * (c.num_heads * d * 2 + c.num_kv_heads * d * 2 + c.num_index_heads * di + di);
+  const double shared = 4.0 * 3 * h * c.shared_intermediate_size + 4.0 * h * c.num_experts;
+  const double active = c.num_experts * (1 - std::pow(1 - double(c.num_experts_per_tok) / c.num_experts, double(batch)));
+  const double experts = active * 3 * h * c.moe_intermediate_size * (0.5 + 1.0 / 16);
+  const auto kv = kvcache::kv_page_layout(dtype, static_cast<int>(c.num_kv_heads), static_cast<int>(d));
+  const auto index = kvcache::index_page_layout(dtype, static_cast<int>(di));
+  const int64_t blocks = (context + kvcache::kPageTokens - 1) / kvcache::kPageTokens;
+  const double cache = double(batch) * (double(blocks) * index.page_bytes +
+                                        double(std::min(blocks, c.sparse_topk_blocks)) * kv.page_bytes);
+  return attention + shared + experts + cache;
+}
+
+}  // namespace
+
+std::vector<Row> bench_model_decode(const std::string& device, double copy_gbps, int reps) {
+  cuda::CudaBackend gpu;
+  Filler filler(0x4D33);
+  Bench one{m31_flash_layers(1), {}, nullptr}, three{m31_flash_layers(3), {}, nullptr};
+  one.weights = random_weights(one.config, filler);
+  three.weights = random_weights(three.config, filler);
+  one.resident = std::make_unique<model::ResidentWeights>(one.weights, gpu);
+  three.resident = std::make_unique<model::ResidentWeights>(three.weights, gpu);
+  std::vector<Row> rows;
+  const int timed = std::max(3, reps / 2);
+  for (kvcache::PageDType dtype : {kvcache::PageDType::kNVFP4, kvcache::PageDType::kFP8, kvcache::PageDType::kBF16}) {
+    for (int64_t batch : {1, 16, 64}) {
+      for (int64_t context : {8192, 65536, 262144}) {
+        const double t1 = step_ms(one, gpu, dtype, batch, context, timed);
+        const double t3 = step_ms(three, gpu, dtype, batch, context, timed);
+        const double layer = (t3 - t1) / 2;
+        rows.push_back({device, fmt::format("m3.1-flash decode layer {}", kvcache::page_dtype_name(dtype)),
+                        fmt::format("b{} x {}K, {:.0f} tok/s/layer, step(3 layers) {:.2f} ms", batch, context / 1024,
+                                    batch / (layer * 1e-3), t3),
+                        layer_bytes(three.config, dtype, batch, context), layer, copy_gbps, false});
+      }
+    }
+  }
+  return rows;
+}
+
+}  // namespace fp4::bench
