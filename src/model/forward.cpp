@@ -192,10 +192,12 @@ void ModelRunner::attention(int64_t layer_index, const Step& step, const float* 
   }
   backend_.pre_attention(pre);
 
+  // The selection lives until paged_attention has read it: in selection_ when it is kept,
+  // else here, at function scope (freed at the end of the step's attention, stream-ordered).
   const int32_t* selected = nullptr;
+  Buffer<int32_t> local_selection;
   if (layer.sparse) {
-    Buffer<int32_t> local;
-    Buffer<int32_t>& sel = keep_selection ? selection_[layer_index] : local;
+    Buffer<int32_t>& sel = keep_selection ? selection_[layer_index] : local_selection;
     sel = Buffer<int32_t>(backend_, static_cast<size_t>(c.num_kv_heads * t * c.sparse_topk_blocks));
     backend_.indexer_topk({.ctx = step.ctx, .layout = &cache.index, .pool = cache.index_pages.data(),
                            .num_pages = cache_.num_pages(), .scale = cache.index_scale,

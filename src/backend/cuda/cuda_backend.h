@@ -77,6 +77,7 @@ class CudaBackend final : public Backend {
  private:
   cudaStream_t stream_ = nullptr;
   cublasContext* cublas_ = nullptr;
+
   void* cublas_workspace_ = nullptr;  // cuBLAS's, set once so a captured GEMM allocates nothing
   IndexerTopkOptions indexer_;
 };
