@@ -38,7 +38,7 @@ LONG_PROMPT = 2600
 # tolerance from collapsing when the measured noise happens to be tiny.
 NOISE_FACTOR = 16.0
 NOISE_FLOOR = 1e-5
-FLIP_FACTOR = 4.0
+FLIP_FACTOR = 2.0
 
 
 def reference_case(m64, m32, prompt):
@@ -52,11 +52,12 @@ def reference_case(m64, m32, prompt):
     tol = NOISE_FACTOR * np.abs(l32 - logits).max() + NOISE_FLOOR
     if m64.uses_w4a16():
         # The engine's BF16 roundings of W4A16 expert activations flip where float32 noise
-        # crosses a midpoint; the float64 reference with every rounding nudged by float32-sized
-        # noise (2^-20 relative) flips comparably, and measures what that costs the logits.
-        # Flips are few and each is a whole BF16 step, so their cost varies by the count, not by
-        # orders of magnitude: FLIP_FACTOR times the measured cost covers the engine's own.
-        with L.nudged_bf16(2.0 ** -20, len(prompt)):
+        # crosses a midpoint: a whole BF16 step, in a few values, at random. A float32-sized
+        # nudge reproduces such flips only by chance (a short prompt may show none), so the
+        # reference is rerun with every value nudged by half a BF16 step (2^-9 relative, random
+        # sign): about half of all roundings flip, a cost that bounds the engine's few flips in
+        # practice; FLIP_FACTOR covers flips adding up differently.
+        with L.nudged_bf16(2.0 ** -9, len(prompt)):
             nudged = m64.forward(full)[len(prompt) - 1:]
         tol += FLIP_FACTOR * np.abs(nudged - logits).max()
     near_tie = np.zeros(STEPS, bool)

@@ -139,7 +139,7 @@ def bf16(x):
 
 
 class nudged_bf16:
-    """with nudged_bf16(2**-20, seed): ... runs the reference with nudged BF16 roundings."""
+    """with nudged_bf16(2**-9, seed): ... runs the reference with nudged BF16 roundings."""
 
     def __init__(self, rel, seed):
         self.rel, self.seed = rel, seed

@@ -60,12 +60,13 @@ class EngineAgreement(unittest.TestCase):
         moe = m64.moe_layers()
         if any(m.w4a16 for m in moe):
             # W4A16's BF16 roundings flip where float32 noise crosses a midpoint: measure what
-            # flips cost with every rounding nudged by float32-sized noise (2^-20 relative);
-            # 4x that covers the engine's own flips (tests/model/synthetic_m3_test.py).
+            # flips cost with every value nudged by half a BF16 step (2^-9 relative), so about
+            # half of all roundings flip; 2x that covers the engine's few flips
+            # (tests/model/synthetic_m3_test.py).
             torch.manual_seed(PROMPT)
             for m in moe:
-                m.bf16_nudge = 2.0 ** -20
-            tol += 4.0 * np.abs(teacher_forced(m64, full, {})[PROMPT - 1:] - ref).max()
+                m.bf16_nudge = 2.0 ** -9
+            tol += 2.0 * np.abs(teacher_forced(m64, full, {})[PROMPT - 1:] - ref).max()
             for m in moe:
                 m.bf16_nudge = 0.0
         # A step whose MSA choice or top-2 margin lies within the noise may legitimately differ:
