@@ -223,10 +223,14 @@ std::vector<float> ModelRunner::forward(const StepBatch& b, bool need_selection)
   selection_.clear();
   selection_.resize(static_cast<size_t>(config_.num_layers));
   if (!need_selection && graph_shaped(b)) return forward_graph(pad_blocks(b));
+  return run_eager(b, true);
+}
+
+std::vector<float> ModelRunner::run_eager(const StepBatch& b, bool keep_selection) {
   const Step step = upload(b);
   const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
   Buffer<float> logits = floats(rows * config_.vocab_size);
-  run(step, rows, logits.data(), true);
+  run(step, rows, logits.data(), keep_selection);
   return logits.download();
 }
 

@@ -76,6 +76,8 @@ class ModelRunner {
   Step upload(const StepBatch& b);
   // The whole step's ops, writing logits [rows, vocab]; no host reads when graph_safe_.
   void run(const Step& step, int64_t rows, float* logits, bool keep_selection);
+  // The step op by op: its indices uploaded, run, its logits copied back.
+  std::vector<float> run_eager(const StepBatch& b, bool keep_selection);
   // Decode steps: their block tables padded (graph shapes), then recorded or replayed.
   bool graph_shaped(const StepBatch& b) const;
   static StepBatch pad_blocks(const StepBatch& b);

@@ -32,19 +32,11 @@ StepBatch ModelRunner::pad_blocks(const StepBatch& b) {
 
 std::vector<float> ModelRunner::forward_graph(const StepBatch& b) {
   const int64_t t = static_cast<int64_t>(b.tokens.size());
-  if (!graphs_enabled_) {
-    const Step step = upload(b);
-    Buffer<float> logits = floats(t * config_.vocab_size);
-    run(step, t, logits.data(), false);
-    return logits.download();
-  }
   const std::pair<int64_t, int64_t> shape{t, b.max_blocks};
   auto it = graphs_.find(shape);
-  if (it == graphs_.end() && static_cast<int64_t>(graphs_.size()) >= kMaxGraphs) {
-    const Step step = upload(b);  // no room for another recording: this shape runs op by op
-    Buffer<float> logits = floats(t * config_.vocab_size);
-    run(step, t, logits.data(), false);
-    return logits.download();
+  // Graphs off, or no room for another recording: this step runs op by op.
+  if (!graphs_enabled_ || (it == graphs_.end() && static_cast<int64_t>(graphs_.size()) >= kMaxGraphs)) {
+    return run_eager(b, false);
   }
   if (it == graphs_.end()) {
     Graph g{.step = upload(b), .logits = floats(t * config_.vocab_size), .ops = nullptr};
