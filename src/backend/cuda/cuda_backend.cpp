@@ -125,7 +125,9 @@ void CudaBackend::release(void* p) noexcept {
 }
 
 void CudaBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
-  // From pageable memory the call returns once `src` has been staged, so it may be reused.
+  // From pageable memory (every caller's: std::vector) the call returns once `src` has been
+  // staged, so it may be reused at once, as Backend promises. Pinned memory would make the copy
+  // truly asynchronous and break that promise: a caller that pins must synchronize first.
   if (bytes > 0) FP4_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
 }
 
