@@ -1,5 +1,6 @@
 // The routed experts' NVFP4 matmul on the CPU: the reference the GPU's grouped GEMM is held to,
 // written for clarity (each output a double sum of exact products, rounded once to float).
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -12,6 +13,13 @@
 namespace fp4::cpu {
 
 namespace {
+
+// The sixteen E2M1 values by code, from the codec (formats/minifloat.h).
+const std::array<float, 16> kE2m1Values = [] {
+  std::array<float, 16> v{};
+  for (int code = 0; code < 16; ++code) v[code] = e2m1_decode(static_cast<uint8_t>(code));
+  return v;
+}();
 
 // y = g * sum x w, or with kMagnitude g * sum |x w|.
 template <bool kMagnitude>
@@ -31,9 +39,12 @@ void run(const ExpertGemmParams& p) {
       if (p.row_offsets[e] == p.row_offsets[e + 1]) continue;
       const uint8_t* codes = p.values + (e * p.n + j) * (p.k / 2);
       const uint8_t* sf = p.scales + (e * p.n + j) * (p.k / kNvfp4BlockElems);
-      for (int64_t c = 0; c < p.k; ++c) {
-        const uint8_t code = (codes[c / 2] >> (4 * (c % 2))) & 0xF;
-        w[c] = e2m1_decode(code) * e4m3_decode(sf[c / kNvfp4BlockElems]);  // exact
+      for (int64_t b = 0; b < p.k / kNvfp4BlockElems; ++b) {
+        const float scale = e4m3_decode(sf[b]);
+        for (int64_t i = 0; i < kNvfp4BlockElems; ++i) {
+          const int64_t c = b * kNvfp4BlockElems + i;
+          w[c] = kE2m1Values[(codes[c / 2] >> (4 * (c % 2))) & 0xF] * scale;  // exact
+        }
       }
       for (int64_t r = p.row_offsets[e]; r < p.row_offsets[e + 1]; ++r) {
         const uint16_t* x = p.x + r * p.k;
