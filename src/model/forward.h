@@ -65,7 +65,6 @@ class ModelRunner {
   std::vector<std::vector<int32_t>> last_selection() const;
 
   const ModelConfig& config() const { return config_; }
-  Backend& backend() const { return backend_; }
 
  private:
   // The batch's indices in the backend's memory.

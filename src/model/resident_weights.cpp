@@ -48,7 +48,6 @@ void ResidentWeights::place(const void* host, size_t bytes, Backend& backend) {
   Buffer<uint8_t> copy(backend, bytes);
   backend.copy_from_host(copy.data(), host, bytes);
   copies_.emplace(host, std::move(copy));
-  bytes_ += bytes;
 }
 
 template <typename T>

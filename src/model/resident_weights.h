@@ -22,9 +22,6 @@ class ResidentWeights {
   const uint8_t* operator()(const std::vector<uint8_t>& host) const { return find<uint8_t>(host); }
   const float* operator()(const LinearWeight& w) const { return (*this)(w.w); }
 
-  // Bytes copied into the backend's memory (0 where it reads the host's).
-  size_t resident_bytes() const { return bytes_; }
-
  private:
   template <typename T>
   const T* find(const std::vector<T>& host) const;
@@ -32,7 +29,6 @@ class ResidentWeights {
 
   bool host_ = true;
   std::unordered_map<const void*, Buffer<uint8_t>> copies_;
-  size_t bytes_ = 0;
 };
 
 }  // namespace fp4::model

@@ -27,12 +27,14 @@ namespace {
                            cublasGetStatusString(fp4_cublas_status), #expr);               \
   } while (0)
 
+// The first visible device: CUDA_VISIBLE_DEVICES chooses it, and it is every thread's default.
+constexpr int kDevice = 0;
+
 }  // namespace
 
 CudaBackend::CudaBackend() {
-  constexpr int device = 0;
   FP4_CHECK(device_count() > 0, "no CUDA device is visible");
-  const DeviceInfo info = device_info(device);
+  const DeviceInfo info = device_info(kDevice);
   FP4_CHECK(info.sm_major == 9 && info.sm_minor == 0,
             "the CUDA device ({}) is sm_{}{}; the kernels are built for sm_90a (Hopper)", info.name,
             info.sm_major, info.sm_minor);
@@ -45,11 +47,10 @@ CudaBackend::CudaBackend() {
 }
 
 void CudaBackend::init() {
-  constexpr int device = 0;
   FP4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   // Keep freed memory in the pool: a step's activations are the next step's.
   cudaMemPool_t pool = nullptr;
-  FP4_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  FP4_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, kDevice));
   uint64_t keep = std::numeric_limits<uint64_t>::max();
   FP4_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   cublasHandle_t handle = nullptr;
