@@ -17,12 +17,15 @@
 namespace fp4 {
 
 // y[m, n] = x[m, k] . w[n, k]^T, FP32 in, FP32 accumulation and out. The weight is row-major
-// [out, in], as Hugging Face stores a Linear.
+// [out, in], as Hugging Face stores a Linear, given either in FP32 (w) or, when every value of
+// it is exactly a BF16, as those BF16 values (w_bf16): the same numbers in half the bytes, so
+// the product is the same one. Exactly one of w and w_bf16 is given.
 struct LinearParams {
-  const float* x = nullptr;  // [m, k]
-  const float* w = nullptr;  // [n, k]
-  float* y = nullptr;        // [m, n]; must not alias x
+  const float* x = nullptr;         // [m, k]
+  const float* w = nullptr;         // [n, k]
+  float* y = nullptr;               // [m, n]; must not alias x
   int64_t m = 0, n = 0, k = 0;
+  const uint16_t* w_bf16 = nullptr;  // [n, k] BF16 bits, instead of w
 };
 
 // RMSNorm over each row of `dim` values: y = x / sqrt(mean(x^2) + eps) * (gemma ? 1 + w : w).
@@ -56,6 +59,7 @@ struct GatherRowsParams {
   const int32_t* ids = nullptr;  // [count]
   int64_t count = 0;
   float* out = nullptr;          // [count, dim]
+  const uint16_t* table_bf16 = nullptr;  // the table in BF16 bits, instead of `table`; widened exactly
 };
 
 // Half-split ("NeoX") rotary embedding on the first rotary_dim dims of every head, in place:

@@ -57,7 +57,8 @@ ModelRunner::Step ModelRunner::upload(const StepBatch& b) {
 }
 
 void ModelRunner::linear(const LinearWeight& w, const float* x, int64_t rows, float* y) {
-  backend_.linear({.x = x, .w = resident_(w), .y = y, .m = rows, .n = w.out, .k = w.in});
+  const ResidentWeights::Linear placed = resident_(w);
+  backend_.linear({.x = x, .w = placed.w, .y = y, .m = rows, .n = w.out, .k = w.in, .w_bf16 = placed.w_bf16});
 }
 
 void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t rows, float* out) {
@@ -242,8 +243,9 @@ void ModelRunner::run(const Step& step, int64_t rows, float* logits, bool keep_s
   // The residual stream x; each sublayer's output `delta` is added to it by the norm that
   // follows (the next sublayer's, or the final one).
   Buffer<float> x = floats(t * h), normed = floats(t * h), delta = floats(t * h);
-  backend_.gather_rows({.table = resident_(weights_.embed), .table_rows = weights_.embed.out,
-                        .dim = h, .ids = step.tokens.data(), .count = t, .out = x.data()});
+  const ResidentWeights::Linear embed = resident_(weights_.embed);
+  backend_.gather_rows({.table = embed.w, .table_rows = weights_.embed.out, .dim = h,
+                        .ids = step.tokens.data(), .count = t, .out = x.data(), .table_bf16 = embed.w_bf16});
   auto add_norm = [&](const float* add, const std::vector<float>& weight) {
     backend_.add_rms_norm({.x = x.data(), .delta = add, .weight = resident_(weight),
                            .y = normed.data(), .rows = t, .dim = h, .eps = eps,

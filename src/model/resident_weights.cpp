@@ -1,29 +1,32 @@
 #include "model/resident_weights.h"
 
+#include <bit>
+
 #include "core/check.h"
 
 namespace fp4::model {
 namespace {
 
-// Calls place(data, bytes) for every tensor of the model, once.
-template <typename Place>
-void visit_all(const ModelWeights& w, Place&& place) {
+// Calls place(data, bytes) for every tensor of the model but the projections, and linear(w)
+// for every projection, once each.
+template <typename Place, typename Linear>
+void visit_all(const ModelWeights& w, Place&& place, Linear&& linear) {
   auto floats = [&](const std::vector<float>& t) { place(t.data(), t.size() * sizeof(float)); };
   auto mlp = [&](const MlpWeights& m) {
-    for (const LinearWeight* p : {&m.gate, &m.up, &m.down}) floats(p->w);
+    for (const LinearWeight* p : {&m.gate, &m.up, &m.down}) linear(*p);
   };
-  floats(w.embed.w);
+  linear(w.embed);
   floats(w.final_norm);
-  floats(w.lm_head.w);
+  linear(w.lm_head);
   for (const LayerWeights& l : w.layers) {
     floats(l.input_norm);
     floats(l.post_attention_norm);
     const AttentionWeights& a = l.attn;
-    for (const LinearWeight* p : {&a.q, &a.k, &a.v, &a.o, &a.index_q, &a.index_k}) floats(p->w);
+    for (const LinearWeight* p : {&a.q, &a.k, &a.v, &a.o, &a.index_q, &a.index_k}) linear(*p);
     for (const std::vector<float>* p : {&a.q_norm, &a.k_norm, &a.index_q_norm, &a.index_k_norm}) floats(*p);
     mlp(l.mlp);
     const MoeWeights& moe = l.moe_weights;
-    floats(moe.router.w);
+    linear(moe.router);
     floats(moe.bias);
     for (const Nvfp4Experts* s : {&moe.gate, &moe.up, &moe.down}) {
       place(s->values.data(), s->values.size());
@@ -35,12 +38,40 @@ void visit_all(const ModelWeights& w, Place&& place) {
   }
 }
 
+bool all_bf16(const std::vector<float>& values) {
+  for (float v : values) {
+    if ((std::bit_cast<uint32_t>(v) & 0xFFFFu) != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 ResidentWeights::ResidentWeights(const ModelWeights& weights, Backend& backend)
     : host_(backend.uses_host_memory()) {
   if (host_) return;
-  visit_all(weights, [&](const void* data, size_t bytes) { place(data, bytes, backend); });
+  visit_all(weights, [&](const void* data, size_t bytes) { place(data, bytes, backend); },
+            [&](const LinearWeight& w) { place_linear(w, backend); });
+}
+
+void ResidentWeights::place_linear(const LinearWeight& w, Backend& backend) {
+  if (w.w.empty() || copies_.contains(w.w.data()) || bf16_copies_.contains(w.w.data())) return;
+  if (!all_bf16(w.w)) {
+    place(w.w.data(), w.w.size() * sizeof(float), backend);
+    return;
+  }
+  std::vector<uint16_t> bits(w.w.size());
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(w.w[i]) >> 16);
+  bf16_copies_.emplace(w.w.data(), Buffer<uint16_t>(backend, bits));
+}
+
+ResidentWeights::Linear ResidentWeights::operator()(const LinearWeight& w) const {
+  if (w.w.empty()) return {};
+  if (!host_) {
+    const auto it = bf16_copies_.find(w.w.data());
+    if (it != bf16_copies_.end()) return {.w = nullptr, .w_bf16 = it->second.data()};
+  }
+  return {.w = find<float>(w.w), .w_bf16 = nullptr};
 }
 
 void ResidentWeights::place(const void* host, size_t bytes, Backend& backend) {

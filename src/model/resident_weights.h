@@ -1,6 +1,8 @@
 // The model's weights where the backend's ops read them. On a backend that reads host memory
 // (the CPU) these are the loaded tensors themselves, with no copy; on a GPU each tensor is
-// copied once into device memory when the model is loaded.
+// copied once into device memory when the model is loaded. There a projection (or the
+// embedding) whose every value is exactly a BF16, as a checkpoint's BF16 and MXFP8 tensors
+// are, is held in BF16: the same numbers in half the bytes (LinearParams::w_bf16).
 #pragma once
 
 #include <cstdint>
@@ -20,15 +22,22 @@ class ResidentWeights {
   // empty tensor (an absent norm or bias).
   const float* operator()(const std::vector<float>& host) const { return find<float>(host); }
   const uint8_t* operator()(const std::vector<uint8_t>& host) const { return find<uint8_t>(host); }
-  const float* operator()(const LinearWeight& w) const { return (*this)(w.w); }
+  // A projection: exactly one of the two is set (both null when it is empty).
+  struct Linear {
+    const float* w = nullptr;
+    const uint16_t* w_bf16 = nullptr;
+  };
+  Linear operator()(const LinearWeight& w) const;
 
  private:
   template <typename T>
   const T* find(const std::vector<T>& host) const;
   void place(const void* host, size_t bytes, Backend& backend);
+  void place_linear(const LinearWeight& w, Backend& backend);
 
   bool host_ = true;
   std::unordered_map<const void*, Buffer<uint8_t>> copies_;
+  std::unordered_map<const void*, Buffer<uint16_t>> bf16_copies_;  // by the FP32 tensor's data
 };
 
 }  // namespace fp4::model

@@ -288,7 +288,9 @@ TEST_F(EngineOnGpu, BatchedServingStepsAgreeWithTheCpu) {
                 tokens.size(), i < tokens.size() ? fmt::format(" (CPU margin there {:.3g})", w.margins[i]).c_str() : "");
     // A request may part only at a near-tie: within the NVFP4 budget of 2^-5 of the largest
     // |logit|, which stays under 32 for this model (the Generator comparisons print it), so 1.0.
-    if (i < tokens.size()) EXPECT_LE(w.margins[i], 1.0) << "request " << id << " parted at step " << i;
+    if (i < tokens.size()) {
+      EXPECT_LE(w.margins[i], 1.0) << "request " << id << " parted at step " << i;
+    }
   }
   // Logprobs of the batched steps are not compared here (the Generator comparisons above bound
   // the logits); a request may part at a near-tie, so most, not all, must agree in full.

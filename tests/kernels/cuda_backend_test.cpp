@@ -15,9 +15,16 @@
 // - linear: both sides sum k products in FP32 in different orders; each result is within
 //   gamma_k S of the exact sum (S = sum |x w|, gamma_k = k u / (1 - k u), u = 2^-24), so they
 //   are within 2 gamma_k S of each other.
+// - linear with BF16 weights: x = x_hi + x_mid + x_lo exactly, |x_hi| <= (1 + 2^-8)|x|,
+//   |x_mid| <= 2^-8 |x|, |x_lo| <= 2^-16 |x|, so the three partial products' magnitudes sum to at
+//   most 1.01 S. Each partial is an FP32 accumulation of exact products on tensor cores, which
+//   may truncate rather than round: within gamma'_k of its magnitude with u' = 2^-23. The two
+//   additions of the partials add at most 2 u' (1.01 S). Against the CPU's gamma_k S:
+//   |gpu - cpu| <= (gamma_k + 1.01 gamma'_{k+2}) S.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -26,6 +33,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device.h"
+#include "formats/minifloat.h"
 #include "tests/support/random.h"
 
 namespace fp4 {
@@ -173,6 +181,68 @@ TEST_F(CudaBackendOps, LinearWithinTheSummationBound) {
         ASSERT_LE(std::abs(double(got[i * s.n + j]) - y[i * s.n + j]), 2 * gamma * mag) << i << ", " << j;
       }
     }
+  }
+}
+
+std::vector<uint16_t> to_bf16(std::vector<float>& values) {
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    bits[i] = bf16_encode(values[i]);
+    values[i] = bf16_decode(bits[i]);  // the FP32 weight the CPU reads: the same numbers
+  }
+  return bits;
+}
+
+TEST_F(CudaBackendOps, LinearWithBf16WeightsWithinTheSummationBound) {
+  auto rng = testing::seeded_rng(76);
+  struct Shape { int64_t m, n, k; };
+  for (Shape s : {Shape{1, 311, 256}, Shape{3, 64, 8}, Shape{130, 257, 1000}, Shape{33, 6144, 64},
+                  Shape{1, 4096, 6144}}) {
+    SCOPED_TRACE(::testing::Message() << s.m << " x " << s.n << " x " << s.k);
+    const auto x = testing::random_floats(s.m * s.k, testing::Distribution::kStudentT3, rng);
+    auto w = testing::random_floats(s.n * s.k, testing::Distribution::kGaussian, rng);
+    const std::vector<uint16_t> bits = to_bf16(w);
+    Buffer<float> gx(*gpu_, x), gy(*gpu_, s.m * s.n);
+    Buffer<uint16_t> gw(*gpu_, bits);
+    gpu_->linear({.x = gx.data(), .w = nullptr, .y = gy.data(), .m = s.m, .n = s.n, .k = s.k,
+                  .w_bf16 = gw.data()});
+    std::vector<float> y(s.m * s.n);
+    cpu::linear({.x = x.data(), .w = w.data(), .y = y.data(), .m = s.m, .n = s.n, .k = s.k});
+    const auto got = gy.download();
+    const double u = 0x1p-24, gamma = s.k * u / (1 - s.k * u);
+    const double u_tc = 0x1p-23, gamma_tc = (s.k + 2) * u_tc / (1 - (s.k + 2) * u_tc);
+    int64_t exact = 0;
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double mag = 0;
+        for (int64_t l = 0; l < s.k; ++l) mag += std::abs(double(x[i * s.k + l]) * w[j * s.k + l]);
+        const double diff = std::abs(double(got[i * s.n + j]) - y[i * s.n + j]);
+        ASSERT_LE(diff, (gamma + 1.01 * gamma_tc) * mag) << i << ", " << j;
+        exact += diff == 0;
+      }
+    }
+    // Not a bound, a sign the split is not dropping bits: a lost x_lo alone would leave errors
+    // near 2^-16 S, far above these.
+    std::printf("[  CHECKED ] %lld of %lld outputs equal the CPU's\n", static_cast<long long>(exact),
+                static_cast<long long>(s.m * s.n));
+  }
+}
+
+TEST_F(CudaBackendOps, GatherRowsFromABf16Table) {
+  auto rng = testing::seeded_rng(77);
+  const int64_t rows = 50, dim = 300, count = 70;
+  auto table = testing::random_floats(rows * dim, testing::Distribution::kGaussian, rng);
+  const std::vector<uint16_t> bits = to_bf16(table);
+  std::vector<int32_t> ids(count);
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % rows);
+  Buffer<uint16_t> gt(*gpu_, bits);
+  Buffer<int32_t> gi(*gpu_, ids);
+  Buffer<float> out(*gpu_, count * dim);
+  gpu_->gather_rows({.table = nullptr, .table_rows = rows, .dim = dim, .ids = gi.data(), .count = count,
+                     .out = out.data(), .table_bf16 = gt.data()});
+  const auto got = out.download();
+  for (int64_t r = 0; r < count; ++r) {
+    for (int64_t i = 0; i < dim; ++i) ASSERT_TRUE(same_bits(got[r * dim + i], table[ids[r] * dim + i])) << r;
   }
 }
 

@@ -11,6 +11,7 @@
 #include "tools/fp4serve/bench.h"
 #include "tools/fp4serve/bench_data.h"
 #include "tools/fp4serve/bench_expert_gemm.h"
+#include "tools/fp4serve/bench_projection.h"
 #include "tools/fp4serve/bench_model.h"
 #include "tools/fp4serve/bench_attention.h"
 #include "tools/fp4serve/bench_indexer.h"
@@ -104,6 +105,7 @@ std::vector<Row> run_gpu_benchmarks(const Options& options, std::string& why) {
   if (options.runs("indexer")) append(bench_indexer(device, copy_gbps, options.reps));
   if (options.runs("pre-attention")) append(bench_pre_attention(device, copy_gbps, options.reps));
   if (options.runs("experts")) append(bench_expert_gemm(device, copy_gbps, options.reps));
+  if (options.runs("projections")) append(bench_projections(device, copy_gbps, options.reps));
   if (options.runs("model")) append(bench_model_decode(device, copy_gbps, options.reps));
   return rows;
 }

@@ -1,8 +1,9 @@
 // The model's decode step on the GPU, through ModelRunner as the engine runs it (CUDA graphs
 // included). The model: the minimax-m3.1-flash preset's config with every layer an MSA + MoE
 // layer (as its layers 3-59 are) and a 32,768-token vocabulary (the vocabulary does not change a
-// layer's time); random weights: attention and the shared expert in FP32 (what the engine
-// holds them in today), routed experts in NVFP4 as a checkpoint stores them. The caches are
+// layer's time); random weights: attention, the shared expert, the embedding and the LM head
+// with BF16 values (a checkpoint's BF16 or MXFP8 tensors), which the engine holds in BF16, the
+// router in FP32 as the checkpoint stores it, routed experts in NVFP4. The caches are
 // filled with one valid byte pattern, since the kernels' time does not depend on the values,
 // and a batch's sequences map onto at most kDistinctPages distinct pages (several GB, far
 // beyond the L2 cache). Per-layer time is (step of 3 layers - step of 1 layer) / 2, which
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -53,6 +55,13 @@ class Filler {
   model::LinearWeight linear(int64_t out, int64_t in) {
     return {.w = floats(out * in, 1.0f / std::sqrt(float(in))), .out = out, .in = in, .format = "f32"};
   }
+  // Values cut to BF16 (truncation keeps them finite and is as random).
+  model::LinearWeight linear_bf16(int64_t out, int64_t in) {
+    model::LinearWeight w = linear(out, in);
+    for (float& v : w.w) v = std::bit_cast<float>(std::bit_cast<uint32_t>(v) & 0xFFFF0000u);
+    w.format = "bf16";
+    return w;
+  }
   // NVFP4 stacks: codes from a cheap generator, E4M3 scales in [2^-6, 2^2) so no value is NaN.
   model::Nvfp4Experts experts(int64_t count, int64_t n, int64_t k) {
     model::Nvfp4Experts s;
@@ -77,8 +86,8 @@ class Filler {
 model::ModelWeights random_weights(const model::ModelConfig& c, Filler& f) {
   const int64_t h = c.hidden_size, d = c.head_dim, di = c.index_head_dim;
   model::ModelWeights w;
-  w.embed = f.linear(c.vocab_size, h);
-  w.lm_head = f.linear(c.vocab_size, h);
+  w.embed = f.linear_bf16(c.vocab_size, h);
+  w.lm_head = f.linear_bf16(c.vocab_size, h);
   w.final_norm = f.floats(h, 0.1f);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     model::LayerWeights layer;
@@ -86,14 +95,14 @@ model::ModelWeights random_weights(const model::ModelConfig& c, Filler& f) {
     layer.input_norm = f.floats(h, 0.1f);
     layer.post_attention_norm = f.floats(h, 0.1f);
     model::AttentionWeights& a = layer.attn;
-    a.q = f.linear(c.num_heads * d, h);
-    a.k = f.linear(c.num_kv_heads * d, h);
-    a.v = f.linear(c.num_kv_heads * d, h);
-    a.o = f.linear(h, c.num_heads * d);
+    a.q = f.linear_bf16(c.num_heads * d, h);
+    a.k = f.linear_bf16(c.num_kv_heads * d, h);
+    a.v = f.linear_bf16(c.num_kv_heads * d, h);
+    a.o = f.linear_bf16(h, c.num_heads * d);
     a.q_norm = f.floats(d, 0.1f);
     a.k_norm = f.floats(d, 0.1f);
-    a.index_q = f.linear(c.num_index_heads * di, h);
-    a.index_k = f.linear(di, h);
+    a.index_q = f.linear_bf16(c.num_index_heads * di, h);
+    a.index_k = f.linear_bf16(di, h);
     a.index_q_norm = f.floats(di, 0.1f);
     a.index_k_norm = f.floats(di, 0.1f);
     model::MoeWeights& m = layer.moe_weights;
@@ -104,8 +113,8 @@ model::ModelWeights random_weights(const model::ModelConfig& c, Filler& f) {
     m.up = f.experts(c.num_experts, c.moe_intermediate_size, h);
     m.down = f.experts(c.num_experts, h, c.moe_intermediate_size);
     m.has_shared = true;
-    m.shared = {f.linear(c.shared_intermediate_size, h), f.linear(c.shared_intermediate_size, h),
-                f.linear(h, c.shared_intermediate_size)};
+    m.shared = {f.linear_bf16(c.shared_intermediate_size, h), f.linear_bf16(c.shared_intermediate_size, h),
+                f.linear_bf16(h, c.shared_intermediate_size)};
     w.layers.push_back(std::move(layer));
   }
   return w;

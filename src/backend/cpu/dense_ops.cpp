@@ -32,7 +32,19 @@ float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 void linear(const LinearParams& p) {
   FP4_CHECK(p.m >= 0 && p.n >= 0 && p.k >= 0, "linear: negative size m={} n={} k={}", p.m, p.n, p.k);
+  FP4_CHECK((p.w != nullptr) != (p.w_bf16 != nullptr) || p.n * p.k == 0,
+            "linear: exactly one of w and w_bf16 must be given");
   if (p.m == 0 || p.n == 0) return;
+  if (p.w_bf16 != nullptr) {
+    // The same values widened exactly: the FP32 path gives the same bits.
+    std::vector<float> w(static_cast<size_t>(p.n * p.k));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = bf16_decode(p.w_bf16[i]);
+    LinearParams wide = p;
+    wide.w = w.data();
+    wide.w_bf16 = nullptr;
+    linear(wide);
+    return;
+  }
   // Output columns in chunks: each weight row is read once from memory and reused for every
   // token row while it sits in cache; tokens in tiles of 64 keep the x rows cached too.
   constexpr int64_t kTokenTile = 64;
@@ -82,9 +94,17 @@ void gather_rows(const GatherRowsParams& p) {
     FP4_CHECK(p.ids[i] >= 0 && p.ids[i] < p.table_rows, "gather_rows: row id {} is outside the "
               "table's {} rows", p.ids[i], p.table_rows);
   }
+  FP4_CHECK((p.table != nullptr) != (p.table_bf16 != nullptr) || p.count * p.dim == 0,
+            "gather_rows: exactly one of table and table_bf16 must be given");
   parallel_for_cost(p.count, p.dim, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      std::copy_n(p.table + int64_t{p.ids[i]} * p.dim, p.dim, p.out + i * p.dim);
+      const int64_t first = int64_t{p.ids[i]} * p.dim;
+      float* out = p.out + i * p.dim;
+      if (p.table_bf16 != nullptr) {
+        for (int64_t j = 0; j < p.dim; ++j) out[j] = bf16_decode(p.table_bf16[first + j]);
+      } else {
+        std::copy_n(p.table + first, p.dim, out);
+      }
     }
   });
 }

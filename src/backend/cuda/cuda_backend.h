@@ -75,6 +75,8 @@ class CudaBackend final : public Backend {
   void synchronize();
 
  private:
+  void linear_bf16_weight(const LinearParams& p);
+
   cudaStream_t stream_ = nullptr;
   cublasContext* cublas_ = nullptr;
 

@@ -56,6 +56,8 @@ void gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
   FP4_CHECK(p.count >= 0 && p.count <= kMaxGrid && p.dim >= 0 && p.table_rows >= 0,
             "gather_rows: {} rows of {} from a table of {}", p.count, p.dim, p.table_rows);
   if (p.count == 0 || p.dim == 0) return;
+  FP4_CHECK((p.table != nullptr) != (p.table_bf16 != nullptr),
+            "gather_rows: exactly one of table and table_bf16 must be given");
   FP4_CUDA_CHECK(detail::launch_gather_rows(p, stream));
 }
 

@@ -1,5 +1,6 @@
 // RMSNorm (with or without the residual add), RoPE and row-gather kernels. -fmad=false keeps
 // each product and sum rounded as the CPU's.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -12,6 +13,7 @@ namespace {
 constexpr int kNormThreads = 256;
 constexpr int kGatherThreads = 256;
 constexpr int kRopeThreads = 256;
+constexpr int kSplitThreads = 256;
 
 __device__ __forceinline__ double block_sum(double v, double* shared) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -74,8 +76,34 @@ __global__ void __launch_bounds__(kGatherThreads) gather_rows_kernel(const Gathe
   const bool bad = id < 0 || id >= p.table_rows;
   float* out = p.out + row * p.dim;
   for (int64_t i = threadIdx.x; i < p.dim; i += kGatherThreads) {
-    out[i] = bad ? __int_as_float(0x7fc00000) : p.table[int64_t{id} * p.dim + i];
+    const int64_t at = int64_t{id} * p.dim + i;
+    out[i] = bad ? __int_as_float(0x7fc00000)
+                 : p.table_bf16 != nullptr ? __uint_as_float(uint32_t{p.table_bf16[at]} << 16) : p.table[at];
   }
+}
+
+// x = hi + mid + lo, each rounded to BF16 in turn from what the previous left. Each difference
+// is exact in FP32 (the remainder of a round to nearest fits in the bits below it), and the last
+// remainder has at most 8 significant bits, so lo holds it exactly: the sum is x itself unless
+// the pieces fall below BF16's normal range (|x| < 2^-100 or so).
+__global__ void __launch_bounds__(kSplitThreads) split_bf16x3_kernel(const float* x, int64_t n,
+                                                                     __nv_bfloat16* out) {
+  const int64_t i = int64_t{blockIdx.x} * kSplitThreads + threadIdx.x;
+  if (i >= n) return;
+  const float v = x[i];
+  const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+  const float r1 = v - __bfloat162float(hi);
+  const __nv_bfloat16 mid = __float2bfloat16_rn(r1);
+  const float r2 = r1 - __bfloat162float(mid);
+  out[i] = hi;
+  out[n + i] = mid;
+  out[2 * n + i] = __float2bfloat16_rn(r2);
+}
+
+// y = hi part + (mid part + lo part): the small ones first, so they lose the least.
+__global__ void __launch_bounds__(kSplitThreads) sum_thirds_kernel(const float* parts, int64_t n, float* y) {
+  const int64_t i = int64_t{blockIdx.x} * kSplitThreads + threadIdx.x;
+  if (i < n) y[i] = parts[i] + (parts[n + i] + parts[2 * n + i]);
 }
 
 }  // namespace
@@ -93,6 +121,18 @@ cudaError_t launch_rope(const RopeArgs& a, cudaStream_t stream) {
 
 cudaError_t launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
   gather_rows_kernel<<<static_cast<unsigned>(p.count), kGatherThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_split_bf16x3(const float* x, int64_t n, uint16_t* out, cudaStream_t stream) {
+  split_bf16x3_kernel<<<static_cast<unsigned>((n + kSplitThreads - 1) / kSplitThreads), kSplitThreads, 0,
+                        stream>>>(x, n, reinterpret_cast<__nv_bfloat16*>(out));
+  return cudaGetLastError();
+}
+
+cudaError_t launch_sum_thirds(const float* parts, int64_t n, float* y, cudaStream_t stream) {
+  sum_thirds_kernel<<<static_cast<unsigned>((n + kSplitThreads - 1) / kSplitThreads), kSplitThreads, 0,
+                      stream>>>(parts, n, y);
   return cudaGetLastError();
 }
 

@@ -46,6 +46,10 @@ struct RopeArgs {
 cudaError_t launch_norm(const NormArgs& a, cudaStream_t stream);
 cudaError_t launch_rope(const RopeArgs& a, cudaStream_t stream);
 cudaError_t launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream);
+// The BF16-weight linear's halves (CudaBackend::linear): x [n floats] into three BF16 pieces
+// out[3][n] with x = out[0] + out[1] + out[2]; and y[i] = parts[i] + (parts[n + i] + parts[2n + i]).
+cudaError_t launch_split_bf16x3(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
+cudaError_t launch_sum_thirds(const float* parts, int64_t n, float* y, cudaStream_t stream);
 
 }  // namespace detail
 }  // namespace fp4::cuda

@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/check.h"
+#include "formats/minifloat.h"
 #include "tests/support/paged_batch.h"
 #include "tests/support/random.h"
 
@@ -42,6 +44,34 @@ TEST(CpuLinear, MatchesDoubleReferenceWithinAccumulationBound) {
       }
     }
   }
+}
+
+// BF16-held weights and tables are the same numbers as their FP32 widening, so the results are
+// the FP32 path's bit for bit; and giving both or neither form of the weight is refused.
+TEST(CpuLinear, Bf16WeightsGiveTheFp32PathsBits) {
+  auto rng = testing::seeded_rng(11);
+  const int m = 5, n = 19, k = 40;
+  const auto x = testing::random_floats(m * k, testing::Distribution::kGaussian, rng);
+  auto w = testing::random_floats(n * k, testing::Distribution::kStudentT3, rng);
+  std::vector<uint16_t> bits(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    bits[i] = bf16_encode(w[i]);
+    w[i] = bf16_decode(bits[i]);
+  }
+  std::vector<float> want(m * n), got(m * n, -1.0f);
+  cpu::linear({.x = x.data(), .w = w.data(), .y = want.data(), .m = m, .n = n, .k = k});
+  cpu::linear({.x = x.data(), .w = nullptr, .y = got.data(), .m = m, .n = n, .k = k, .w_bf16 = bits.data()});
+  EXPECT_EQ(got, want);
+  EXPECT_THROW(cpu::linear({.x = x.data(), .w = w.data(), .y = got.data(), .m = m, .n = n, .k = k,
+                            .w_bf16 = bits.data()}),
+               Error);
+
+  const std::vector<int32_t> ids = {3, 0, 18, 3};
+  std::vector<float> rows(ids.size() * k), rows_bf16(ids.size() * k, -1.0f);
+  cpu::gather_rows({.table = w.data(), .table_rows = n, .dim = k, .ids = ids.data(), .count = 4, .out = rows.data()});
+  cpu::gather_rows({.table = nullptr, .table_rows = n, .dim = k, .ids = ids.data(), .count = 4,
+                    .out = rows_bf16.data(), .table_bf16 = bits.data()});
+  EXPECT_EQ(rows_bf16, rows);
 }
 
 TEST(CpuRope, RotatesHalfSplitPairsOfTheLeadingDims) {

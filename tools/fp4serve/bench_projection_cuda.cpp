@@ -1,0 +1,94 @@
+#include <fmt/format.h>
+
+#include <bit>
+#include <cmath>
+#include <random>
+
+#include "backend/buffer.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device.h"
+#include "core/check.h"
+#include "tools/fp4serve/bench_projection.h"
+
+namespace fp4::bench {
+namespace {
+
+struct Projection {
+  const char* name;
+  int64_t n, k;
+};
+// q (64 heads x 128), o, and k (4 KV heads x 128): the widest, the deepest and a narrow one.
+constexpr Projection kProjections[] = {{"q", 8192, 6144}, {"o", 6144, 8192}, {"k", 512, 6144}};
+
+std::vector<float> random_bf16_values(int64_t n, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = std::bit_cast<float>(std::bit_cast<uint32_t>(normal(rng)) & 0xFFFF0000u);
+  return v;
+}
+
+// The largest |gpu - cpu| over S = sum |x w| of the output, against the bound of
+// tests/kernels/cuda_backend_test.cpp (gamma_k + 1.01 gamma'_{k+2}, u = 2^-24, u' = 2^-23).
+void check(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& got, int64_t m,
+           int64_t n, int64_t k, const char* what) {
+  std::vector<float> want(static_cast<size_t>(m * n));
+  cpu::linear({.x = x.data(), .w = w.data(), .y = want.data(), .m = m, .n = n, .k = k});
+  const double u = 0x1p-24, gamma = k * u / (1 - k * u), gamma_tc = (k + 2) * 2 * u / (1 - (k + 2) * 2 * u);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double mag = 0;
+      for (int64_t l = 0; l < k; ++l) mag += std::abs(double(x[i * k + l]) * w[j * k + l]);
+      const double diff = std::abs(double(got[i * n + j]) - want[i * n + j]);
+      if (!(diff <= (gamma + 1.01 * gamma_tc) * mag)) {
+        fail_internal("{} linear disagrees with the CPU at ({}, {}): {} vs {}", what, i, j, got[i * n + j],
+                      want[i * n + j]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Row> bench_projections(const std::string& device, double copy_gbps, int reps) {
+  std::vector<Row> rows;
+  std::mt19937_64 rng(0x11AE);
+  cuda::CudaBackend gpu;
+  for (const Projection& p : kProjections) {
+    const std::vector<float> w = random_bf16_values(p.n * p.k, rng);
+    std::vector<uint16_t> bits(w.size());
+    for (size_t i = 0; i < w.size(); ++i) bits[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(w[i]) >> 16);
+    const Buffer<float> w32(gpu, w);
+    const Buffer<uint16_t> w16(gpu, bits);
+    bool checked = false;
+    for (int64_t m : {1, 16, 64, 256, 8192}) {
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> x(static_cast<size_t>(m * p.k));
+      for (float& f : x) f = normal(rng);
+      const Buffer<float> dx(gpu, x);
+      Buffer<float> dy(gpu, static_cast<size_t>(m * p.n));
+      const LinearParams f32{.x = dx.data(), .w = w32.data(), .y = dy.data(), .m = m, .n = p.n, .k = p.k};
+      LinearParams bf16 = f32;
+      bf16.w = nullptr;
+      bf16.w_bf16 = w16.data();
+      if (!checked) {
+        gpu.linear(f32);
+        check(x, w, dy.download(), m, p.n, p.k, "FP32-weight");
+        gpu.linear(bf16);
+        check(x, w, dy.download(), m, p.n, p.k, "BF16-weight");
+      }
+      const std::string shape = fmt::format("m{} [{}, {}] {}", m, p.n, p.k, p.name);
+      const double io = double(m) * p.k * 4 + double(m) * p.n * 4;
+      const double ms32 = cuda::median_ms([&](cudaStream_t) { gpu.linear(f32); }, 3, reps, gpu.stream());
+      rows.push_back({device, "linear fp32 weight (sgemm)", shape, double(p.n) * p.k * 4 + io, ms32, copy_gbps,
+                      !checked});
+      const double ms16 = cuda::median_ms([&](cudaStream_t) { gpu.linear(bf16); }, 3, reps, gpu.stream());
+      rows.push_back({device, "linear bf16 weight (3 x bf16 mma)", shape, double(p.n) * p.k * 2 + io, ms16,
+                      copy_gbps, !checked});
+      checked = true;
+    }
+  }
+  return rows;
+}
+
+}  // namespace fp4::bench
