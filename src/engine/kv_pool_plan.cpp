@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "kvcache/sizing.h"
+#include "model/activations.h"
 
 namespace fp4::engine {
 
@@ -64,6 +65,20 @@ KvPoolPlan plan_kv_pool(const model::ModelConfig& config, model::CacheFormats fo
   p.tokens = p.num_pages * kvcache::kPageTokens;
   p.concurrency = static_cast<double>(p.num_pages) / static_cast<double>(p.pages_per_seq);
   return p;
+}
+
+KvPoolPlan plan_serving_pool(const LoadedModel& model, model::CacheFormats formats, const ServingPoolFlags& f) {
+  const bool host = model.backend->uses_host_memory();
+  const int64_t activations =
+      host ? 0
+           : 2 * model::estimate_activations(model.config, {.max_num_batched_tokens = f.max_num_batched_tokens,
+                                                           .max_num_seqs = f.max_num_seqs,
+                                                           .max_model_len = f.max_model_len})
+                     .peak;
+  return plan_kv_pool(model.config, formats, backend_memory(*model.backend),
+                      {.memory_utilization = f.memory_utilization, .kv_cache_memory = f.kv_cache_memory,
+                       .max_model_len = f.max_model_len, .max_num_seqs = host ? f.max_num_seqs : 0,
+                       .reserve_bytes = activations});
 }
 
 std::string KvPoolPlan::describe(int64_t max_model_len) const {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "engine/loaded_model.h"
 #include "model/config.h"
 #include "model/kv_memory.h"
 
@@ -48,5 +49,22 @@ struct KvPoolPlan {
 // Throws fp4::Error, with the numbers, when not even one max_model_len sequence fits.
 KvPoolPlan plan_kv_pool(const model::ModelConfig& config, model::CacheFormats formats,
                         const MemoryInfo& memory, const KvPoolRequest& request);
+
+// The serving engine's flags that size its pool.
+struct ServingPoolFlags {
+  double memory_utilization = 0.9;
+  int64_t kv_cache_memory = 0;
+  int64_t max_model_len = 0;
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 8192;
+};
+
+// The pool `fp4serve serve` allocates for `model`, loaded and placed on its backend. On the
+// CPU no more pages than max_num_seqs full-length sequences could use: more would only take
+// memory from the rest of the machine. A GPU's memory is the engine's, as in vLLM, less room
+// for the steps' activations: the planner's estimate of the largest step, doubled because the
+// engine keeps activations in FP32 where the estimate counts BF16 (the recorded decode steps,
+// at most 256 tokens each, fit inside it).
+KvPoolPlan plan_serving_pool(const LoadedModel& model, model::CacheFormats formats, const ServingPoolFlags& flags);
 
 }  // namespace fp4::engine

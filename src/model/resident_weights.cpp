@@ -49,6 +49,10 @@ bool all_bf16(const std::vector<float>& values) {
 
 ResidentWeights::ResidentWeights(const ModelWeights& weights, Backend& backend)
     : host_(backend.uses_host_memory()) {
+  place_new(weights, backend);
+}
+
+void ResidentWeights::place_new(const ModelWeights& weights, Backend& backend) {
   if (host_) return;
   visit_all(weights, [&](const void* data, size_t bytes) { place(data, bytes, backend); },
             [&](const LinearWeight& w) { place_linear(w, backend); });
@@ -63,6 +67,7 @@ void ResidentWeights::place_linear(const LinearWeight& w, Backend& backend) {
   std::vector<uint16_t> bits(w.w.size());
   for (size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(w.w[i]) >> 16);
   bf16_copies_.emplace(w.w.data(), Buffer<uint16_t>(backend, bits));
+  device_bytes_ += static_cast<int64_t>(bits.size() * sizeof(uint16_t));
 }
 
 ResidentWeights::Linear ResidentWeights::operator()(const LinearWeight& w) const {
@@ -75,10 +80,11 @@ ResidentWeights::Linear ResidentWeights::operator()(const LinearWeight& w) const
 }
 
 void ResidentWeights::place(const void* host, size_t bytes, Backend& backend) {
-  if (bytes == 0) return;
+  if (bytes == 0 || copies_.contains(host)) return;
   Buffer<uint8_t> copy(backend, bytes);
   backend.copy_from_host(copy.data(), host, bytes);
   copies_.emplace(host, std::move(copy));
+  device_bytes_ += static_cast<int64_t>(bytes);
 }
 
 template <typename T>

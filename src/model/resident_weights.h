@@ -18,6 +18,12 @@ class ResidentWeights {
  public:
   ResidentWeights(const ModelWeights& weights, Backend& backend);
 
+  // Places the tensors of `weights` not placed yet (a model built layer by layer, whose host
+  // copies may go once placed). Tensors are known by their data pointers.
+  void place_new(const ModelWeights& weights, Backend& backend);
+  // Bytes of the device copies (0 on a backend that reads host memory).
+  int64_t device_bytes() const { return device_bytes_; }
+
   // Where the backend reads `host` (a tensor of the ModelWeights given above); nullptr for an
   // empty tensor (an absent norm or bias).
   const float* operator()(const std::vector<float>& host) const { return find<float>(host); }
@@ -36,6 +42,7 @@ class ResidentWeights {
   void place_linear(const LinearWeight& w, Backend& backend);
 
   bool host_ = true;
+  int64_t device_bytes_ = 0;
   std::unordered_map<const void*, Buffer<uint8_t>> copies_;
   std::unordered_map<const void*, Buffer<uint16_t>> bf16_copies_;  // by the FP32 tensor's data
 };

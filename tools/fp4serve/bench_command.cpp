@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "tools/fp4serve/bench.h"
+#include "tools/fp4serve/bench_capacity.h"
 #include "tools/fp4serve/bench_serve.h"
 #include "tools/fp4serve/commands.h"
 
@@ -61,10 +62,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember(bench::kBenchSections));
   sub->add_option("--json", *json_path, "Also write the rows to this JSON file");
   CLI::App* serve = add_bench_serve_command(*sub, exit_code);
+  CLI::App* capacity = add_bench_capacity_command(*sub, exit_code);
   sub->callback([=, &exit_code] {
-    // CLI11 runs this callback after the one of `bench serve` too: the kernels are benchmarked
-    // only when no subcommand was given.
-    if (serve->parsed()) return;
+    // CLI11 runs this callback after the subcommands' too: the kernels are benchmarked only when
+    // no subcommand was given.
+    if (serve->parsed() || capacity->parsed()) return;
     std::vector<bench::Row> rows;
     if (options->runs("cpu")) rows = bench::run_cpu_benchmarks(*options);
     const bool gpu_sections = std::any_of(bench::kBenchSections.begin() + 1, bench::kBenchSections.end(),

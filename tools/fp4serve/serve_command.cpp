@@ -15,7 +15,6 @@
 #include "core/thread_pool.h"
 #include "engine/async_engine.h"
 #include "engine/kv_pool_plan.h"
-#include "model/activations.h"
 #include "server/http_server.h"
 #include "server/openai_server.h"
 #include "tools/fp4serve/commands.h"
@@ -96,23 +95,11 @@ void run_serve(const ServeFlags& f) {
             model.config.max_position_embeddings);
   config.scheduler = {.max_num_seqs = f.max_num_seqs, .max_num_batched_tokens = f.max_num_batched_tokens};
   config.enforce_eager = f.enforce_eager;
-  // On the CPU more pages than max_num_seqs full-length sequences could use would only take
-  // memory from the rest of the machine; a GPU's memory is the engine's, as in vLLM.
-  // On a GPU the pool also leaves room for the steps' activations: the planner's estimate of
-  // the largest step, doubled because the engine keeps activations in FP32 where the estimate
-  // counts BF16 (the recorded decode steps, at most 256 tokens each, fit inside it).
-  const bool host = model.backend->uses_host_memory();
-  const int64_t activations =
-      host ? 0
-           : 2 * model::estimate_activations(model.config, {.max_num_batched_tokens = f.max_num_batched_tokens,
-                                                           .max_num_seqs = f.max_num_seqs,
-                                                           .max_model_len = config.max_model_len})
-                     .peak;
-  const engine::KvPoolPlan plan = engine::plan_kv_pool(
-      model.config, config.cache, engine::backend_memory(*model.backend),
+  const engine::KvPoolPlan plan = engine::plan_serving_pool(
+      model, config.cache,
       {.memory_utilization = f.gpu_memory_utilization, .kv_cache_memory = f.kv_cache_memory,
-       .max_model_len = config.max_model_len, .max_num_seqs = host ? f.max_num_seqs : 0,
-       .reserve_bytes = activations});
+       .max_model_len = config.max_model_len, .max_num_seqs = f.max_num_seqs,
+       .max_num_batched_tokens = f.max_num_batched_tokens});
   config.num_pages = plan.num_pages;
   fmt::print(stderr, "fp4serve serve: KV cache {} / index cache {}\n{}\n",
              kvcache::page_dtype_name(config.cache.kv), kvcache::page_dtype_name(config.cache.index),
