@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "backend/model_ops.h"
+#include "backend/sample_params.h"
 
 namespace fp4 {
 
@@ -90,6 +91,12 @@ class Backend {
   virtual void moe_gather(const MoeGatherParams& p) = 0;
   virtual void expert_gemm(const ExpertGemmParams& p) = 0;
   virtual void moe_combine(const MoeCombineParams& p) = 0;
+
+  // Choosing each row's next token where the logits are (sample_params.h). A backend that
+  // cannot leaves sampling to the host sampler (src/sampling), which is the reference, and
+  // says so here; its sample() throws.
+  virtual bool samples_on_device() const { return false; }
+  virtual void sample(const SampleParams& p);
 };
 
 }  // namespace fp4

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/int_math.h"
+#include "engine/device_sampler.h"
 #include "sampling/sampler.h"
 
 namespace fp4::engine {
@@ -145,26 +146,45 @@ std::vector<RequestOutput> LlmEngine::step() {
     update_gauges();
     return {};
   }
-  std::vector<float> logits = runner_.forward(build_batch(out));
+  const model::StepBatch batch = build_batch(out);
+  const int64_t vocab = model_.config.vocab_size;
+  std::vector<RequestId> sampled_ids;
+  for (const scheduler::ScheduledChunk& c : out.chunks) {
+    if (c.samples) sampled_ids.push_back(c.id);
+  }
+  // vLLM's min_tokens: the tokens that would stop a request cannot be drawn before it.
+  auto banned = [&](const Active& a) {
+    return a.num_output < a.request.min_tokens ? std::span<const int32_t>(a.stop_ids) : std::span<const int32_t>();
+  };
+  // Where the backend samples, the logits stay on it; only the tokens come back.
+  const bool on_device = model_.backend->samples_on_device() && !config_.sample_on_host;
+  const float* device_logits = nullptr;
+  std::vector<float> logits;
+  if (on_device) {
+    device_logits = runner_.forward_on_device(batch);
+  } else {
+    logits = runner_.forward(batch);
+  }
   scheduler_.on_step_done(out);
   ++metrics_.steps;
 
-  const int64_t vocab = model_.config.vocab_size;
-  std::vector<RequestId> sampled_ids;
-  std::vector<sampling::SampleRequest> rows;
-  for (const scheduler::ScheduledChunk& c : out.chunks) {
-    if (!c.samples) continue;
-    Active& a = requests_.at(c.id);
-    float* row = logits.data() + std::ssize(sampled_ids) * vocab;
-    // vLLM's min_tokens: the tokens that would stop the request cannot be drawn before it.
-    if (a.num_output < a.request.min_tokens) {
-      for (int32_t t : a.stop_ids) row[t] = -std::numeric_limits<float>::infinity();
+  std::vector<sampling::SampleResult> samples;
+  if (on_device) {
+    std::vector<DeviceSampleRequest> rows;
+    for (RequestId id : sampled_ids) {
+      const Active& a = requests_.at(id);
+      rows.push_back({&a.request.sampling, &a.counts, a.seed, a.num_output, banned(a)});
     }
-    sampled_ids.push_back(c.id);
-    rows.push_back({&a.request.sampling, &a.counts, a.seed, a.num_output});
+    samples = sample_on_device(*model_.backend, device_logits, vocab, rows);
+  } else {
+    std::vector<sampling::SampleRequest> rows;
+    for (size_t i = 0; i < sampled_ids.size(); ++i) {
+      const Active& a = requests_.at(sampled_ids[i]);
+      for (int32_t t : banned(a)) logits[i * vocab + t] = -std::numeric_limits<float>::infinity();
+      rows.push_back({&a.request.sampling, &a.counts, a.seed, a.num_output});
+    }
+    samples = sampling::sample_batch(logits, vocab, rows);
   }
-  const std::vector<sampling::SampleResult> samples =
-      sampling::sample_batch(logits, vocab, rows);
 
   std::vector<RequestOutput> outputs;
   for (size_t i = 0; i < sampled_ids.size(); ++i) {

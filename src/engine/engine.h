@@ -34,6 +34,9 @@ struct EngineConfig {
   int64_t max_model_len = 0;  // prompt + output tokens of one request; 0: the model's context
   scheduler::SchedulerConfig scheduler;
   bool enforce_eager = false;  // decode steps op by op, never from a recorded CUDA graph
+  // Sample with the host sampler even where the backend samples on the device: the reference,
+  // for checking the device's sampling on the same logits.
+  bool sample_on_host = false;
 };
 
 class LlmEngine {

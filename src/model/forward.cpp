@@ -220,19 +220,27 @@ void ModelRunner::attention(int64_t layer_index, const Step& step, const float* 
 }
 
 std::vector<float> ModelRunner::forward(const StepBatch& b, bool need_selection) {
+  const float* logits = forward_on_device(b, need_selection);
+  std::vector<float> host(b.logit_rows.size() * static_cast<size_t>(config_.vocab_size));
+  backend_.copy_to_host(host.data(), logits, host.size() * sizeof(float));
+  return host;
+}
+
+const float* ModelRunner::forward_on_device(const StepBatch& b, bool need_selection) {
   check_batch(b, config_, cache_.num_pages());
   selection_.clear();
   selection_.resize(static_cast<size_t>(config_.num_layers));
+  eager_logits_ = {};
   if (!need_selection && graph_shaped(b)) return forward_graph(pad_blocks(b));
   return run_eager(b, true);
 }
 
-std::vector<float> ModelRunner::run_eager(const StepBatch& b, bool keep_selection) {
+const float* ModelRunner::run_eager(const StepBatch& b, bool keep_selection) {
   const Step step = upload(b);
   const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
-  Buffer<float> logits = floats(rows * config_.vocab_size);
-  run(step, rows, logits.data(), keep_selection);
-  return logits.download();
+  eager_logits_ = floats(rows * config_.vocab_size);
+  run(step, rows, eager_logits_.data(), keep_selection);
+  return eager_logits_.data();
 }
 
 void ModelRunner::run(const Step& step, int64_t rows, float* logits, bool keep_selection) {

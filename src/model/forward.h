@@ -47,6 +47,9 @@ class ModelRunner {
   // The padding applies with graphs off too, so both give the same bits. need_selection: run
   // the step so that last_selection() reports it (never from a recording).
   std::vector<float> forward(const StepBatch& batch, bool need_selection = false);
+  // The same step with its logits left where the backend computed them: [logit_rows.size(),
+  // vocab_size], valid until the next step (for sampling on the device).
+  const float* forward_on_device(const StepBatch& batch, bool need_selection = false);
 
   static constexpr int64_t kMaxGraphTokens = 256;
   // Recordings kept at most; steps of further shapes run op by op. Each holds its inputs and
@@ -75,12 +78,12 @@ class ModelRunner {
   Step upload(const StepBatch& b);
   // The whole step's ops, writing logits [rows, vocab]; no host reads when graph_safe_.
   void run(const Step& step, int64_t rows, float* logits, bool keep_selection);
-  // The step op by op: its indices uploaded, run, its logits copied back.
-  std::vector<float> run_eager(const StepBatch& b, bool keep_selection);
+  // The step op by op: its indices uploaded, run, its logits in eager_logits_.
+  const float* run_eager(const StepBatch& b, bool keep_selection);
   // Decode steps: their block tables padded (graph shapes), then recorded or replayed.
   bool graph_shaped(const StepBatch& b) const;
   static StepBatch pad_blocks(const StepBatch& b);
-  std::vector<float> forward_graph(const StepBatch& b);
+  const float* forward_graph(const StepBatch& b);
 
   void attention(int64_t layer, const Step& step, const float* x, float* out, bool keep_selection);
   void mlp(const MlpWeights& w, const float* x, int64_t rows, float* out);
@@ -99,6 +102,7 @@ class ModelRunner {
   KvMemory& cache_;
   const ResidentWeights& resident_;
   std::vector<Buffer<int32_t>> selection_;
+  Buffer<float> eager_logits_;  // the last eager step's logits
 
   // A recorded decode step: its inputs and logits live in these buffers between replays.
   struct Graph {

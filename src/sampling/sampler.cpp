@@ -5,10 +5,10 @@
 #include <functional>
 #include <limits>
 
+#include "backend/sampling_rng.h"
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "sampling/logprobs.h"
-#include "sampling/rng.h"
 
 namespace fp4::sampling {
 namespace {

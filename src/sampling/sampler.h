@@ -8,7 +8,8 @@
 //    c. presence:   l = l - p, when the token occurs in the output.
 // 2. temperature < kSamplingEps: greedy, the argmax of the penalized row, ties to the lowest
 //    id; top-k/top-p/min-p and the random stream are not used. Otherwise x = l / temperature.
-// 3. Weights. m = max x (must be finite). Each token's weight is an integer (weights.h),
+// 3. Weights. m = max x (must be finite). Each token's weight is an integer
+//    (backend/sampling_weights.h),
 //        w(x) = floor(weight_exp(double(x) - double(m)) * 2^40),  weight_exp(d) ~ e^d,
 //    so the argmax weighs exactly 2^40 and a token more than ~27.7 below m weighs 0 and is
 //    never drawn. Every sum of weights below is a sum of integers: exact, the same in any
@@ -23,8 +24,8 @@
 //    (vLLM's V1 engine applies min-p before top-k/top-p; docs/sampling.md lists the
 //    differences.)
 // 5. Draw: W = the survivors' total weight, r = uniform_below(random_bits(seed, step), W)
-//    (rng.h); the token is the first survivor, in ascending id, whose running weight sum
-//    exceeds r. Its probability is w / W.
+//    (backend/sampling_rng.h); the token is the first survivor, in ascending id, whose running
+//    weight sum exceeds r. Its probability is w / W.
 //
 // Logprobs (params.logprobs >= 0) come from the raw row, before penalties and temperature
 // (vLLM's raw_logprobs): M = max l, S = sum over ids in ascending order of exp(double(l) - M)
@@ -41,9 +42,9 @@
 #include <utility>
 #include <vector>
 
+#include "backend/sampling_weights.h"
 #include "sampling/sampling_params.h"
 #include "sampling/token_counts.h"
-#include "sampling/weights.h"
 
 namespace fp4::sampling {
 

@@ -297,5 +297,91 @@ TEST_F(EngineOnGpu, BatchedServingStepsAgreeWithTheCpu) {
   EXPECT_GE(same, static_cast<int64_t>(want.size()) - 1);
 }
 
+// Sampling on the device against the host sampler on the same logits: one GPU engine samples
+// on the GPU, a second, identical one (same kernels, same batches, so the same logits bit for
+// bit) with the host sampler. Requests mix greedy and seeded random sampling with top-k, top-p,
+// min-p, the three penalties and min_tokens, so the seen-token lists and the banned ids travel
+// too. Tokens must be equal; logprobs may differ where the softmax denominator's two summation
+// orders round differently: the kernel's bound on log S is (V + 64) 2^-52 (docs/kernels/
+// sampler.md), far below one float ulp of a logprob of magnitude >= 2^-10, so within one ulp of
+// max(|logprob|, 2^-10), plus that bound.
+TEST_F(EngineOnGpu, DeviceSamplingGivesTheHostSamplersTokens) {
+  const std::string dir = model_dir("FP4_DEFAULT_MODEL");
+  ASSERT_FALSE(dir.empty()) << "FP4_DEFAULT_MODEL must name the built-in model's directory";
+  const LoadedModel gpu = load_on_gpu(dir);
+  auto rng = testing::seeded_rng(83);
+  std::vector<EngineRequest> requests;
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(gpu.config.vocab_size - 4));
+  for (int i = 0; i < 8; ++i) {
+    EngineRequest r;
+    for (int64_t j = 0, n = 40 + 300 * i; j < n; ++j) r.prompt.push_back(token(rng));
+    r.max_tokens = 32;
+    r.sampling.logprobs = i % 3 == 0 ? -1 : 5;
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.7f + 0.1f * i;
+      r.sampling.seed = 1000 + i;
+      r.sampling.top_k = i == 3 ? 20 : -1;
+      r.sampling.top_p = i == 5 ? 0.9f : 1.0f;
+      r.sampling.min_p = i == 7 ? 0.05f : 0.0f;
+      r.sampling.repetition_penalty = 1.2f;
+      r.sampling.frequency_penalty = 0.3f;
+      r.sampling.presence_penalty = -0.2f;
+      r.min_tokens = 8;
+      r.stop_token_ids = {token(rng), token(rng)};
+    } else {
+      r.sampling.temperature = 0;
+      r.ignore_eos = true;
+    }
+    requests.push_back(r);
+  }
+  auto serve = [&](bool on_host) {
+    EngineConfig config;
+    config.cache = {PageDType::kNVFP4, PageDType::kNVFP4};
+    config.num_pages = 256;
+    config.max_model_len = 4096;
+    config.scheduler = {.max_num_seqs = 8, .max_num_batched_tokens = 1024};
+    config.sample_on_host = on_host;
+    LlmEngine engine(gpu, config);
+    for (size_t i = 0; i < requests.size(); ++i) engine.add_request(static_cast<RequestId>(i), requests[i]);
+    std::map<RequestId, std::vector<TokenOutput>> out;
+    while (engine.has_work()) {
+      for (const RequestOutput& o : engine.step()) out[o.id].push_back(o.tokens.at(0));
+    }
+    EXPECT_EQ(engine.metrics().kv_pages_used, 0) << "pages leaked";
+    return out;
+  };
+  const auto want = serve(true), got = serve(false);
+  auto close = [](float a, float b) {
+    const double scale = std::max(std::abs(double(a)), 0x1p-10);
+    return std::abs(double(a) - double(b)) <= 0x1p-23 * scale + 0x1p-30;
+  };
+  int64_t tokens = 0, sampled_tokens = 0;
+  for (const auto& [id, w] : want) {
+    const auto& g = got.at(id);
+    ASSERT_EQ(g.size(), w.size()) << "request " << id;
+    for (size_t s = 0; s < w.size(); ++s) {
+      ASSERT_EQ(g[s].token, w[s].token) << "request " << id << ", step " << s;
+      ++tokens;
+      sampled_tokens += requests[id].sampling.temperature > 0;
+      if (requests[id].sampling.logprobs < 0) continue;
+      EXPECT_TRUE(close(g[s].logprob, w[s].logprob)) << id << ", " << s << ": " << g[s].logprob << " vs " << w[s].logprob;
+      ASSERT_EQ(g[s].top_logprobs.size(), w[s].top_logprobs.size());
+      for (size_t j = 0; j < w[s].top_logprobs.size(); ++j) {
+        const auto [wid, wlp] = w[s].top_logprobs[j];
+        const auto [gid, glp] = g[s].top_logprobs[j];
+        EXPECT_TRUE(close(glp, wlp)) << id << ", " << s << ", top " << j;
+        // The order of two alternatives whose logprobs are that close may differ.
+        const bool tied = (j > 0 && close(wlp, w[s].top_logprobs[j - 1].second)) ||
+                          (j + 1 < w[s].top_logprobs.size() && close(wlp, w[s].top_logprobs[j + 1].second));
+        if (!tied) {
+          EXPECT_EQ(gid, wid) << id << ", " << s << ", top " << j;
+        }
+      }
+    }
+  }
+  std::printf("[  CHECKED ] %lld tokens (%lld drawn at random) equal the host sampler's on the same logits\n",
+              static_cast<long long>(tokens), static_cast<long long>(sampled_tokens));
+}
+
 }  // namespace
 }  // namespace fp4::engine

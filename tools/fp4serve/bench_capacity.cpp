@@ -100,7 +100,9 @@ class RandomWeights {
                           .global_scales = std::vector<float>(static_cast<size_t>(count), 1.0f / 64), .n = n, .k = k};
     fill_random(s.values.data(), std::ssize(s.values), ++seed_);
     fill_random(s.scales.data(), std::ssize(s.scales), ++seed_);
-    for (uint8_t& b : s.scales) b = static_cast<uint8_t>(0x18 + (b >> 4) * 2);
+    parallel_for(std::ssize(s.scales), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) s.scales[i] = static_cast<uint8_t>(0x18 + (s.scales[i] >> 4) * 2);
+    });
     return s;
   }
 
@@ -259,7 +261,9 @@ int run_capacity(const CapacityOptions& o) {
 
   plan::Options po;
   po.model = (dir / "config.json").string();
-  // On the CPU (a trial run) the weights are the host's tensors: the planner counts them.
+  // The bytes as held, split among the classes with the routed experts in NVFP4. On the CPU (a
+  // trial run) the weights are the host's tensors: the planner counts them itself.
+  po.quantization = "nvfp4-experts";
   if (m.resident->device_bytes() > 0) po.weights_bytes = std::to_string(m.resident->device_bytes());
   po.kv_cache_dtype = o.kv_cache_dtype;
   po.index_cache_dtype = o.index_cache_dtype;

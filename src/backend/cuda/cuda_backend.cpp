@@ -16,6 +16,7 @@
 #include "backend/cuda/moe_ops.h"
 #include "backend/cuda/paged_attention.h"
 #include "backend/cuda/pre_attention.h"
+#include "backend/cuda/sampler.h"
 
 namespace fp4::cuda {
 namespace {
@@ -212,5 +213,6 @@ void CudaBackend::moe_dispatch(const MoeDispatchParams& p) { cuda::moe_dispatch(
 void CudaBackend::moe_gather(const MoeGatherParams& p) { cuda::moe_gather(p, stream_); }
 void CudaBackend::expert_gemm(const ExpertGemmParams& p) { cuda::expert_gemm(p, stream_); }
 void CudaBackend::moe_combine(const MoeCombineParams& p) { cuda::moe_combine(p, stream_); }
+void CudaBackend::sample(const SampleParams& p) { cuda::sample(p, stream_); }
 
 }  // namespace fp4::cuda

@@ -64,6 +64,8 @@ class CudaBackend final : public Backend {
   // The NVFP4 W4A16 kernel: n a multiple of 64, k of 128 (expert_gemm.h).
   void expert_gemm(const ExpertGemmParams& p) override;
   void moe_combine(const MoeCombineParams& p) override;
+  bool samples_on_device() const override { return true; }
+  void sample(const SampleParams& p) override;
 
   // How the indexer scores (tensor cores by default; kExact reproduces the CPU's scores bit for
   // bit from the same inputs, for comparisons with the CPU engine). Set it before any step is

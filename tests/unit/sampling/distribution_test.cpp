@@ -42,7 +42,7 @@ Case make_case(int64_t vocab, const SamplingParams& p, const History& h, float s
 }
 
 // A weight is floor(weight_exp(d) * 2^40) / 2^40 where the reference uses e = exp(d); with
-// weight_exp's relative error below 1e-14 (weights.h) each differs from e by less than
+// weight_exp's relative error below 1e-14 (sampling_weights.h) each differs from e by less than
 // 2^-40 + 1e-14 < 1.011 * 2^-40, and a sum of n by less than n times that. With W >= 1 (the
 // maximum weighs 1):
 //   |w/W' - e/W| <= |w - e|/W' + e |W - W'| / (W W') <= (1 + n) 1.011 2^-40 / (1 - n 1.011 2^-40),

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "sampling/rng.h"
+#include "backend/sampling_rng.h"
+#include "backend/sampling_weights.h"
 #include "sampling/sampling_params.h"
 #include "sampling/token_counts.h"
-#include "sampling/weights.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/random.h"
 
@@ -167,7 +167,7 @@ TEST(RandomStream, RequestSeedUsesTheGivenSeedElseDrawsOne) {
   EXPECT_NE(request_seed(p), request_seed(p));
 }
 
-// weights.h bounds weight_exp's relative error on [-27.8, 0] by the Taylor remainder
+// sampling_weights.h bounds weight_exp's relative error on [-27.8, 0] by the Taylor remainder
 // |r|^12/12! e^|r| <= 8.9e-15 (|r| <= ln2/2) plus about a dozen roundings of 2^-53 each
 // (1.4e-15): below 1e-14. The reference exp in long double adds 2^-64.
 TEST(Weights, ExpIsAccurateAndWeightsSpanZeroToOne) {

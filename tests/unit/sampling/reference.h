@@ -51,7 +51,7 @@ struct ReferenceDistribution {
   // A top-p or min-p comparison fell so close to its threshold that the reference and the
   // sampler may legitimately decide differently (distances in units of the best token's
   // weight, 1). Min-p compares single weights, each off from exp by under 1.011 * 2^-40
-  // (weights.h): margin 1e-11. Top-p compares running sums of n weights and a target p * W:
+  // (sampling_weights.h): margin 1e-11. Top-p compares running sums of n weights and a target p * W:
   // the sampler's are off from exact by under n * 1.011 * 2^-40, the reference's double sums
   // by under (n + 1) * 2^-53 * W; the margin is twice their sum.
   bool near_threshold = false;

@@ -1,7 +1,8 @@
 // The random stream of a request: counter-based, so the draw for a token depends only on
 // (seed, step), where step is the number of tokens the request has sampled before. A request
 // therefore gets the same tokens whatever batch it runs in and after a preemption that
-// recomputes it. Host and device code (the CUDA sampler reproduces it bit for bit).
+// recomputes it. Host and device code (the CUDA sampler, backend/cuda/sampler.cu, reproduces it bit
+// for bit); it lives in backend/ for that reason, below the sampling layer that also uses it.
 //
 // random_bits(seed, step) is output number `step` (0-based) of SplitMix64 (Steele, Lea and
 // Flood 2014, the finalizer of Stafford's "Mix13") started from state `seed`:
@@ -15,10 +16,12 @@
 
 #include <cstdint>
 
+#if !defined(FP4_SAMPLING_HD)  // also defined, identically, by sampling_weights.h
 #if defined(__CUDACC__)
 #define FP4_SAMPLING_HD __host__ __device__
 #else
 #define FP4_SAMPLING_HD
+#endif
 #endif
 
 namespace fp4::sampling {

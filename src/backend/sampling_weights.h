@@ -1,4 +1,4 @@
-// The fixed-point token weights every sampling decision is made on (sampler.h, step 3):
+// The fixed-point token weights every sampling decision is made on (sampling/sampler.h, step 3):
 //
 //   token_weight(x, m) = floor(weight_exp(double(x) - double(m)) * 2^40)   when x - m >= -27.8
 //                      = 0                                                   otherwise
@@ -15,10 +15,21 @@
 // do not depend on how a parallel reduction groups them. Why 2^40: a row of up to 2^23 tokens
 // sums below 2^63; a token 27.7 or more below the best weighs 0 (probability < 1e-12 with
 // temperature 1) and is never drawn.
+//
+// Host and device code: it lives in backend/ so that the CUDA sampler (backend/cuda/sampler.cu)
+// can include it, and sampling/sampler.cpp includes it from here.
 #pragma once
 
 #include <bit>
 #include <cstdint>
+
+#if !defined(FP4_SAMPLING_HD)
+#if defined(__CUDACC__)
+#define FP4_SAMPLING_HD __host__ __device__
+#else
+#define FP4_SAMPLING_HD
+#endif
+#endif
 
 namespace fp4::sampling {
 
@@ -29,7 +40,7 @@ inline constexpr double kZeroWeightBelow = -27.8;
 inline constexpr int64_t kMaxVocab = int64_t{1} << 23;
 
 // e^d for d in [kZeroWeightBelow, 0]; the operations are the definition.
-inline double weight_exp(double d) {
+FP4_SAMPLING_HD inline double weight_exp(double d) {
   constexpr double kLog2e = 1.4426950408889634;
   constexpr double kLn2Hi = 6.93147180369123816490e-01;  // 0x3FE62E42FEE00000: k * hi is exact
   constexpr double kLn2Lo = 1.90821492927058770002e-10;  // ln2 - hi
@@ -50,10 +61,14 @@ inline double weight_exp(double d) {
   p = p * r + 1.0;
   // 2^k built from its exponent bits; k is in [-41, 0] here, so 2^k is a normal double.
   const uint64_t exponent = static_cast<uint64_t>(static_cast<int64_t>(k) + 1023) << 52;
+#if defined(__CUDA_ARCH__)
+  return p * __longlong_as_double(static_cast<long long>(exponent));  // std::bit_cast is host-only
+#else
   return p * std::bit_cast<double>(exponent);
+#endif
 }
 
-inline uint64_t token_weight(float x, float max_x) {
+FP4_SAMPLING_HD inline uint64_t token_weight(float x, float max_x) {
   const double d = static_cast<double>(x) - static_cast<double>(max_x);
   if (!(d >= kZeroWeightBelow)) return 0;  // also x = -inf
   // The product is in [0, 2^40 * 1.0000000000001], and the conversion truncates: floor.
