@@ -27,7 +27,7 @@ void moe_combine(const MoeCombineParams& p);
 void indexer_topk(const IndexerTopkParams& p);
 void paged_attention(const PagedAttentionParams& p);
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
   bool supports(ModelOp, kvcache::PageDType) const override { return true; }
