@@ -6,6 +6,28 @@
 #include "core/check.h"
 
 namespace fp4::engine {
+namespace {
+
+// Every input of the op goes to the device in one copy and every output comes back in one: a
+// step's sampling then costs two transfers, not a dozen, each of which waits on the host.
+// Inputs: the rows (8-byte aligned at the start), then the int32 arrays, then the prompt flags.
+// Outputs: token, rank and top ids (int32), then logprob and top logprobs (float bits).
+class Packing {
+ public:
+  template <typename T>
+  size_t add(const std::vector<T>& v) {
+    const size_t at = (bytes_.size() + alignof(T) - 1) / alignof(T) * alignof(T);
+    bytes_.resize(at + v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(bytes_.data() + at, v.data(), v.size() * sizeof(T));
+    return at;
+  }
+  const std::vector<uint8_t>& bytes() const { return bytes_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+}  // namespace
 
 std::vector<sampling::SampleResult> sample_on_device(Backend& backend, const float* logits, int64_t vocab,
                                                      std::span<const DeviceSampleRequest> rows) {
@@ -36,41 +58,51 @@ std::vector<sampling::SampleResult> sample_on_device(Backend& backend, const flo
     }
     banned.insert(banned.end(), r.banned.begin(), r.banned.end());
   }
-  std::vector<uint8_t> row_bytes(params.size() * sizeof(SampleRow));
-  std::memcpy(row_bytes.data(), params.data(), row_bytes.size());
-  const Buffer<uint8_t> d_rows(backend, row_bytes);
-  const Buffer<int32_t> d_seen(backend, seen_tokens), d_counts(backend, seen_counts), d_banned(backend, banned);
-  const Buffer<uint8_t> d_in_prompt(backend, seen_in_prompt);
-  Buffer<float> scratch(backend, static_cast<size_t>(n * vocab));
-  Buffer<int32_t> token(backend, static_cast<size_t>(n)), rank(backend, static_cast<size_t>(n));
-  Buffer<float> logprob(backend, static_cast<size_t>(n));
-  Buffer<int32_t> top_ids(backend, static_cast<size_t>(n * kMaxSampleLogprobs));
-  Buffer<float> top_logprobs(backend, static_cast<size_t>(n * kMaxSampleLogprobs));
-  backend.sample({.logits = logits, .rows = n, .vocab = vocab,
-                  .row = reinterpret_cast<const SampleRow*>(d_rows.data()), .seen_tokens = d_seen.data(),
-                  .seen_output_counts = d_counts.data(), .seen_in_prompt = d_in_prompt.data(),
-                  .banned = d_banned.data(), .scratch = scratch.data(), .token = token.data(),
-                  .logprob = logprob.data(), .rank = rank.data(), .top_ids = top_ids.data(),
-                  .top_logprobs = top_logprobs.data()});
-  const std::vector<int32_t> tokens = token.download(), ranks = rank.download(), ids = top_ids.download();
-  const std::vector<float> lps = logprob.download(), top_lps = top_logprobs.download();
+  Packing in;
+  const size_t rows_at = in.add(params), tokens_at = in.add(seen_tokens), counts_at = in.add(seen_counts),
+               banned_at = in.add(banned), prompt_at = in.add(seen_in_prompt);
+  const Buffer<uint8_t> d_in(backend, in.bytes());
+  const uint8_t* base = d_in.data();
 
-  std::vector<sampling::SampleResult> out(static_cast<size_t>(n));
+  constexpr int64_t kTop = kMaxSampleLogprobs;
+  const int64_t ints = n * (2 + kTop), out_words = ints + n * (1 + kTop);
+  Buffer<int32_t> d_out(backend, static_cast<size_t>(out_words));
+  int32_t* out = d_out.data();
+  float* out_floats = reinterpret_cast<float*>(out + ints);
+  Buffer<float> scratch(backend, static_cast<size_t>(n * vocab));
+  backend.sample({.logits = logits, .rows = n, .vocab = vocab,
+                  .row = reinterpret_cast<const SampleRow*>(base + rows_at),
+                  .seen_tokens = reinterpret_cast<const int32_t*>(base + tokens_at),
+                  .seen_output_counts = reinterpret_cast<const int32_t*>(base + counts_at),
+                  .seen_in_prompt = base + prompt_at,
+                  .banned = reinterpret_cast<const int32_t*>(base + banned_at), .scratch = scratch.data(),
+                  .token = out, .logprob = out_floats, .rank = out + n, .top_ids = out + 2 * n,
+                  .top_logprobs = out_floats + n});
+  const std::vector<int32_t> words = d_out.download();
+  const int32_t* tokens = words.data();
+  const int32_t* ranks = tokens + n;
+  const int32_t* ids = tokens + 2 * n;
+  std::vector<float> floats(static_cast<size_t>(n * (1 + kTop)));
+  std::memcpy(floats.data(), words.data() + ints, floats.size() * sizeof(float));
+  const float* lps = floats.data();
+  const float* top_lps = lps + n;
+
+  std::vector<sampling::SampleResult> results(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     FP4_CHECK(tokens[i] >= 0, "sampling: row {} has no token that can be drawn (every logit -inf after the "
               "banned ids, penalties and temperature)", i);
-    sampling::SampleResult& s = out[i];
+    sampling::SampleResult& s = results[i];
     s.token = tokens[i];
     if (params[i].logprobs < 0) continue;
     s.logprob = lps[i];
     s.rank = ranks[i];
-    for (int64_t j = 0; j < params[i].logprobs && j < kMaxSampleLogprobs; ++j) {
-      const int32_t id = ids[i * kMaxSampleLogprobs + j];
+    for (int64_t j = 0; j < params[i].logprobs && j < kTop; ++j) {
+      const int32_t id = ids[i * kTop + j];
       if (id < 0) break;
-      s.top_logprobs.emplace_back(id, top_lps[i * kMaxSampleLogprobs + j]);
+      s.top_logprobs.emplace_back(id, top_lps[i * kTop + j]);
     }
   }
-  return out;
+  return results;
 }
 
 }  // namespace fp4::engine
