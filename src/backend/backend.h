@@ -1,7 +1,7 @@
 // The interface every compute backend implements. The model is written once against it; the
-// CPU backend is the reference and the fallback, and a backend that cannot run an op (or an op
-// with a given cache format) says so through supports(), so the engine can refuse or fall back
-// and tests can skip honestly instead of failing obscurely.
+// CPU backend is the reference and the fallback. An op a backend cannot run in a given shape or
+// cache format (the CUDA kernels' head sizes, say) throws fp4::Error naming the op and the
+// shape at its first call, which is the model's first step.
 #pragma once
 
 #include <cstddef>
@@ -13,26 +13,6 @@
 #include "backend/sample_params.h"
 
 namespace fp4 {
-
-enum class ModelOp : uint8_t {
-  kLinear,
-  kRmsNorm,
-  kAddRmsNorm,
-  kGatherRows,
-  kRope,
-  kGatedActivation,
-  kCacheInsert,
-  kPreAttention,
-  kIndexerTopk,
-  kPagedAttention,
-  kRouter,
-  kMoeDispatch,
-  kMoeGather,
-  kExpertGemm,
-  kMoeCombine,
-};
-
-std::string_view model_op_name(ModelOp op);
 
 // A recorded sequence of ops (a CUDA graph): replaying it runs the same launches on the same
 // buffers, whatever they hold by then, for a fraction of the launch cost.
@@ -46,9 +26,6 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
-  // Whether `op` runs here; for cache ops, with pages of `page_dtype`.
-  virtual bool supports(ModelOp op,
-                        kvcache::PageDType page_dtype = kvcache::PageDType::kFP32) const = 0;
 
   // Memory the ops take: host memory for the CPU backend, device memory for a GPU's. allocate
   // gives uninitialized memory aligned to 256 bytes (nullptr for 0 bytes). Copies and fills are

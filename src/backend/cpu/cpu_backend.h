@@ -30,7 +30,6 @@ void paged_attention(const PagedAttentionParams& p);
 class CpuBackend : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
-  bool supports(ModelOp, kvcache::PageDType) const override { return true; }
 
   void* allocate(size_t bytes) override;
   void release(void* p) noexcept override;

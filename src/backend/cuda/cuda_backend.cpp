@@ -114,8 +114,6 @@ void CudaBackend::abort_capture() noexcept {
   (void)cudaGetLastError();
 }
 
-bool CudaBackend::supports(ModelOp, kvcache::PageDType) const { return true; }
-
 void* CudaBackend::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;

@@ -30,7 +30,6 @@ class CudaBackend final : public Backend {
  public:
 
   std::string_view name() const override { return "cuda"; }
-  bool supports(ModelOp op, kvcache::PageDType page_dtype) const override;
 
   void* allocate(size_t bytes) override;
   void release(void* p) noexcept override;
