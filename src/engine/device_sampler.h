@@ -1,4 +1,5 @@
-// Sampling where the logits are: the engine's rows of one step turned into the backend's
+// Sampling where the logits are: the rows of one step (LlmEngine's batch, or the Generator's
+// one sequence) turned into the backend's
 // sampling op (backend/sample_params.h), so only tokens and logprobs come back to the host, not
 // [rows, vocab] logits. The results are the host sampler's (sampling::sample), which the op
 // reproduces: the same tokens, ranks and top ids; logprobs within the op's stated bound.

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/int_math.h"
+#include "engine/device_sampler.h"
 
 namespace fp4::engine {
 namespace {
@@ -100,15 +101,26 @@ GenerateResult Generator::generate(const GenerateRequest& r,
   counts.add_prompt(r.prompt);
   const uint64_t seed = sampling::request_seed(r.sampling);
 
+  // Where the backend samples on the device the logits stay there, unless the caller keeps them.
+  const bool on_device = model_.backend->samples_on_device() && !r.keep_logits;
+  std::vector<float> logits;
+  const float* device_logits = nullptr;
+  auto forward = [&](const model::StepBatch& b, bool need_selection) {
+    if (on_device) {
+      device_logits = runner_.forward_on_device(b, need_selection);
+    } else {
+      logits = runner_.forward(b, need_selection);
+    }
+  };
+
   // Prefill in chunks; the last chunk's final row gives the first token's logits.
   auto start = std::chrono::steady_clock::now();
-  std::vector<float> logits;
   for (int64_t pos = *hit; pos < static_cast<int64_t>(r.prompt.size());) {
     const int64_t n = std::min<int64_t>(options_.prefill_chunk,
                                         static_cast<int64_t>(r.prompt.size()) - pos);
     const std::vector<int32_t> chunk(r.prompt.begin() + pos, r.prompt.begin() + pos + n);
     const bool last = pos + n == static_cast<int64_t>(r.prompt.size());
-    logits = runner_.forward(step_for(seq, chunk, pos), /*need_selection=*/last);
+    forward(step_for(seq, chunk, pos), /*need_selection=*/last);
     manager_.append(seq, chunk);
     pos += n;
     if (last) out.prompt_selection = last_token_selection(n);
@@ -121,16 +133,24 @@ GenerateResult Generator::generate(const GenerateRequest& r,
   for (int64_t step = 0; step < r.max_tokens; ++step) {
     // vLLM's min_tokens, as LlmEngine applies it: the tokens that would stop the request cannot
     // be drawn before it. The kept logits stay the model's own.
-    const std::vector<float>* row = &logits;
-    if (step < r.min_tokens && !eos.empty()) {
-      masked = logits;
-      for (int32_t t : eos) {
-        if (t >= 0 && t < c.vocab_size) masked[t] = -std::numeric_limits<float>::infinity();
+    const bool ban = step < r.min_tokens && !eos.empty();
+    sampling::SampleResult s;
+    if (on_device) {
+      const DeviceSampleRequest row{&r.sampling, &counts, seed, step,
+                                    ban ? std::span<const int32_t>(eos) : std::span<const int32_t>()};
+      s = sample_on_device(*model_.backend, device_logits, c.vocab_size, std::span(&row, 1)).at(0);
+    } else {
+      const std::vector<float>* row = &logits;
+      if (ban) {
+        masked = logits;
+        for (int32_t t : eos) {
+          if (t >= 0 && t < c.vocab_size) masked[t] = -std::numeric_limits<float>::infinity();
+        }
+        row = &masked;
       }
-      row = &masked;
+      s = sampling::sample(*row, r.sampling, counts, seed, step);
+      if (r.keep_logits) out.step_logits.insert(out.step_logits.end(), logits.begin(), logits.end());
     }
-    const sampling::SampleResult s = sampling::sample(*row, r.sampling, counts, seed, step);
-    if (r.keep_logits) out.step_logits.insert(out.step_logits.end(), logits.begin(), logits.end());
     out.tokens.push_back(s.token);
     out.logprobs.push_back(s.logprob);
     counts.add_output(s.token);
@@ -140,7 +160,7 @@ GenerateResult Generator::generate(const GenerateRequest& r,
     FP4_CHECK(manager_.allocate(seq, 1), "the KV cache ran out of pages at {} tokens",
               manager_.num_tokens(seq));
     const int64_t pos = manager_.num_tokens(seq);
-    logits = runner_.forward(step_for(seq, {s.token}, pos));
+    forward(step_for(seq, {s.token}, pos), false);
     manager_.append(seq, std::span<const int32_t>(&s.token, 1));
   }
   out.decode_seconds = seconds_since(start);

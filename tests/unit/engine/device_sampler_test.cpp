@@ -11,6 +11,7 @@
 #include <map>
 
 #include "engine/engine.h"
+#include "engine/generator.h"
 #include "sampling/sampler.h"
 #include "tests/support/random_model.h"
 
@@ -120,6 +121,35 @@ TEST(DeviceSampling, ShipsEveryRequestFieldAndBringsBackTheHostSamplersResult) {
       EXPECT_EQ(g[s].top_logprobs, w[s].top_logprobs) << "request " << id << ", step " << s;
     }
   }
+}
+
+// The Generator (fp4serve generate) takes the same path unless it keeps the logits.
+TEST(DeviceSampling, GeneratorDrawsTheHostSamplersTokens) {
+  auto rng = testing::seeded_rng(32);
+  const LoadedModel host = testing::random_model(testing::tiny_m3_config(), rng);
+  LoadedModel device;
+  device.config = host.config;
+  device.weights = host.weights;
+  auto backend = std::make_unique<HostSamplingBackend>();
+  const HostSamplingBackend* sampler = backend.get();
+  device.backend = std::move(backend);
+  device.resident = std::make_unique<model::ResidentWeights>(device.weights, *device.backend);
+  GenerateRequest r;
+  r.prompt = testing::random_prompt(150, host.config.vocab_size, rng);
+  r.max_tokens = 20;
+  r.min_tokens = 5;
+  r.stop_token_ids = {r.prompt[3], r.prompt[7]};
+  r.sampling.temperature = 0.9f;
+  r.sampling.seed = 5;
+  r.sampling.logprobs = 0;
+  r.sampling.repetition_penalty = 1.5f;
+  const GeneratorOptions options{.cache = {kvcache::PageDType::kNVFP4, kvcache::PageDType::kFP8}};
+  Generator on_host(host, options, 1024), on_device(device, options, 1024);
+  const GenerateResult want = on_host.generate(r), got = on_device.generate(r);
+  EXPECT_GT(sampler->calls, 0) << "the Generator never sampled through the backend";
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.logprobs, want.logprobs);
+  EXPECT_EQ(got.finish_reason, want.finish_reason);
 }
 
 }  // namespace
