@@ -44,6 +44,9 @@ class Backend {
     int64_t total_bytes = 0, free_bytes = 0;
   };
   virtual MemoryStats device_memory() const { return {}; }
+  // Memory an op may take for itself, beyond the buffers the model passes it (at most this much
+  // at a time): what the engine keeps free besides the activations.
+  virtual int64_t op_scratch_bytes() const { return 0; }
 
   // Recording: the ops issued between begin_capture and end_capture (and the memory allocated
   // and released among them) are recorded, not run. Only where supports_capture(); nothing in

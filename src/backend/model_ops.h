@@ -18,8 +18,9 @@ namespace fp4 {
 
 // y[m, n] = x[m, k] . w[n, k]^T, FP32 in, FP32 accumulation and out. The weight is row-major
 // [out, in], as Hugging Face stores a Linear, given either in FP32 (w) or, when every value of
-// it is exactly a BF16, as those BF16 values (w_bf16): the same numbers in half the bytes, so
-// the product is the same one. Exactly one of w and w_bf16 is given.
+// it is exactly a BF16, as those BF16 values (w_bf16): the same numbers in half the bytes. The
+// CPU computes the same bits from either; the GPU's BF16 path rounds differently from its FP32
+// one, within the bound its test derives. Exactly one of w and w_bf16 is given.
 struct LinearParams {
   const float* x = nullptr;         // [m, k]
   const float* w = nullptr;         // [n, k]

@@ -1,7 +1,8 @@
 // Contract of the sampling op: one token per row of logits, with the logprobs vLLM returns.
 // The numerics are those of fp4::sampling::sample() (src/sampling/sampler.h), which is the
-// reference: the CUDA op (backend/cuda/sampler.h) returns its tokens, ranks and top ids bit for
-// bit. The structs are plain data so that SampleRow can be copied to the device as it is.
+// reference: the CUDA op (backend/cuda/sampler.h) returns its tokens bit for bit, and its ranks
+// and top ids wherever its logprobs are the host's (they may differ in the last bits, see
+// sampler.h). The structs are plain data so that SampleRow can be copied to the device as it is.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,7 @@ inline constexpr float kSampleGreedyBelow = 1e-5f;  // == sampling::kSamplingEps
 // would refuse (no finite value after banning, penalties and temperature), gets token -1.
 struct SampleRow {
   float temperature = 1.0f;  // < kSampleGreedyBelow: greedy; else logits / temperature
-  int32_t top_k = -1;        // <= 0 or >= vocab: off; else keep x >= the k-th largest x
+  int32_t top_k = -1;        // -1, 0 or >= vocab: off (below -1: refused); else keep x >= the k-th largest x
   float top_p = 1.0f;        // (0, 1]; 1: off
   float min_p = 0.0f;        // [0, 1]; 0: off
   float repetition_penalty = 1.0f;  // > 0; 1: off

@@ -1,6 +1,10 @@
 #include "engine/device_sampler.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
+#include <limits>
+#include <string>
 
 #include "backend/buffer.h"
 #include "core/check.h"
@@ -26,6 +30,23 @@ class Packing {
  private:
   std::vector<uint8_t> bytes_;
 };
+
+// The op and the host sampler must mean the same by these.
+static_assert(kMaxSampleLogprobs == sampling::kMaxLogprobs);
+static_assert(kSampleGreedyBelow == sampling::kSamplingEps);
+
+// Why the op refused a row (the parameters were validated at admission, so the logits): its
+// logits come to the host only on this failure path.
+std::string refusal(Backend& backend, const float* row, int64_t vocab) {
+  std::vector<float> host(static_cast<size_t>(vocab));
+  backend.copy_to_host(host.data(), row, host.size() * sizeof(float));
+  for (int64_t t = 0; t < vocab; ++t) {
+    if (!(host[t] < std::numeric_limits<float>::infinity())) {
+      return fmt::format("the logit of token {} is {}; expected a finite value or -inf", t, host[t]);
+    }
+  }
+  return "every logit is -inf after the banned ids, penalties and temperature";
+}
 
 }  // namespace
 
@@ -89,8 +110,7 @@ std::vector<sampling::SampleResult> sample_on_device(Backend& backend, const flo
 
   std::vector<sampling::SampleResult> results(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    FP4_CHECK(tokens[i] >= 0, "sampling: row {} has no token that can be drawn (every logit -inf after the "
-              "banned ids, penalties and temperature)", i);
+    if (tokens[i] < 0) fail("sampling: row {} has no token that can be drawn: {}", i, refusal(backend, logits + i * vocab, vocab));
     sampling::SampleResult& s = results[i];
     s.token = tokens[i];
     if (params[i].logprobs < 0) continue;

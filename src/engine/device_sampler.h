@@ -1,8 +1,8 @@
 // Sampling where the logits are: the rows of one step (LlmEngine's batch, or the Generator's
-// one sequence) turned into the backend's
-// sampling op (backend/sample_params.h), so only tokens and logprobs come back to the host, not
-// [rows, vocab] logits. The results are the host sampler's (sampling::sample), which the op
-// reproduces: the same tokens, ranks and top ids; logprobs within the op's stated bound.
+// one sequence) turned into the backend's sampling op (backend/sample_params.h), so only tokens
+// and logprobs come back to the host, not [rows, vocab] logits. The results are the host
+// sampler's (sampling::sample), which the op reproduces: the same tokens; logprobs within the
+// op's stated bound, and ranks and top ids equal wherever the logprobs are.
 #pragma once
 
 #include <cstdint>

@@ -98,8 +98,14 @@ void LlmEngine::add_request(RequestId id, EngineRequest r, Clock::time_point arr
   a.seed = sampling::request_seed(r.sampling);
   a.stop_ids = r.stop_token_ids;
   if (!r.ignore_eos) {
-    for (int64_t e : model_.config.eos_token_ids) a.stop_ids.push_back(static_cast<int32_t>(e));
-    if (model_.tokenizer && model_.tokenizer->eos_id() >= 0) a.stop_ids.push_back(model_.tokenizer->eos_id());
+    // An EOS id the vocabulary does not have can never be drawn: it is no stop id (and masking
+    // it for min_tokens would write outside the logits).
+    for (int64_t e : model_.config.eos_token_ids) {
+      if (e >= 0 && e < vocab) a.stop_ids.push_back(static_cast<int32_t>(e));
+    }
+    if (model_.tokenizer && model_.tokenizer->eos_id() >= 0 && model_.tokenizer->eos_id() < vocab) {
+      a.stop_ids.push_back(model_.tokenizer->eos_id());
+    }
   }
   if (model_.tokenizer) a.detokenizer.emplace(*model_.tokenizer, r.skip_special_tokens);
   scheduler_.add(id, r.prompt);

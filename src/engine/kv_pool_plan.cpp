@@ -74,7 +74,8 @@ KvPoolPlan plan_serving_pool(const LoadedModel& model, model::CacheFormats forma
            : 2 * model::estimate_activations(model.config, {.max_num_batched_tokens = f.max_num_batched_tokens,
                                                            .max_num_seqs = f.max_num_seqs,
                                                            .max_model_len = f.max_model_len})
-                     .peak;
+                         .peak +
+                 model.backend->op_scratch_bytes();
   return plan_kv_pool(model.config, formats, backend_memory(*model.backend),
                       {.memory_utilization = f.memory_utilization, .kv_cache_memory = f.kv_cache_memory,
                        .max_model_len = f.max_model_len, .max_num_seqs = host ? f.max_num_seqs : 0,

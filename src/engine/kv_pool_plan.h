@@ -64,7 +64,7 @@ struct ServingPoolFlags {
 // memory from the rest of the machine. A GPU's memory is the engine's, as in vLLM, less room
 // for the steps' activations: the planner's estimate of the largest step, doubled because the
 // engine keeps activations in FP32 where the estimate counts BF16 (the recorded decode steps,
-// at most 256 tokens each, fit inside it).
+// at most 256 tokens each, fit inside it), plus what the backend's ops take for themselves.
 KvPoolPlan plan_serving_pool(const LoadedModel& model, model::CacheFormats formats, const ServingPoolFlags& flags);
 
 }  // namespace fp4::engine

@@ -18,8 +18,10 @@ class ResidentWeights {
  public:
   ResidentWeights(const ModelWeights& weights, Backend& backend);
 
-  // Places the tensors of `weights` not placed yet (a model built layer by layer, whose host
-  // copies may go once placed). Tensors are known by their data pointers.
+  // Places the tensors of `weights` not placed yet: a model built layer by layer. Tensors are
+  // known by their data pointers, so every host vector must keep its buffer and size for the
+  // life of this object; on a device backend its pages may be handed back to the system once
+  // placed (madvise), never the vector freed.
   void place_new(const ModelWeights& weights, Backend& backend);
   // Bytes of the device copies (0 on a backend that reads host memory).
   int64_t device_bytes() const { return device_bytes_; }

@@ -23,7 +23,9 @@
 //   |gpu - cpu| <= (gamma_k + 1.01 gamma'_{k+2}) S.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -32,6 +34,8 @@
 #include "backend/buffer.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dense_ops.h"
 #include "backend/cuda/device.h"
 #include "formats/minifloat.h"
 #include "tests/support/random.h"
@@ -225,6 +229,45 @@ TEST_F(CudaBackendOps, LinearWithBf16WeightsWithinTheSummationBound) {
     // near 2^-16 S, far above these.
     std::printf("[  CHECKED ] %lld of %lld outputs equal the CPU's\n", static_cast<long long>(exact),
                 static_cast<long long>(s.m * s.n));
+  }
+}
+
+// The split behind the BF16-weight linear, on its own: x = hi + mid + lo exactly for every
+// finite x from 2^-100 up to the largest float that rounds to a finite BF16, across all
+// exponents and signs; beyond (and for +-inf), hi alone carries x and mid = lo = 0. A lost lo
+// (errors near 2^-16 |x|) would hide under the GEMM test's bound for long k; not here.
+TEST_F(CudaBackendOps, Bf16SplitIsExact) {
+  auto rng = testing::seeded_rng(78);
+  std::uniform_int_distribution<uint32_t> mantissa(0, (1u << 23) - 1);
+  std::vector<float> x;
+  for (int e = -100; e <= 127; ++e) {
+    for (int i = 0; i < 64; ++i) {
+      const uint32_t sign = (i & 1) ? 0x80000000u : 0u;
+      x.push_back(std::bit_cast<float>(sign | (static_cast<uint32_t>(e + 127) << 23) | mantissa(rng)));
+    }
+  }
+  const float max_finite_bf16 = std::bit_cast<float>(0x7F7FFFFFu & 0xFFFF0000u);
+  const float rounds_to_inf = std::bit_cast<float>(0x7F7FC000u);  // 0x1.FF8p127
+  for (float v : {max_finite_bf16, -max_finite_bf16, std::nextafter(rounds_to_inf, 0.0f), rounds_to_inf,
+                  std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) {
+    x.push_back(v);
+  }
+  const int64_t n = std::ssize(x);
+  Buffer<float> gx(*gpu_, x);
+  Buffer<uint16_t> pieces(*gpu_, static_cast<size_t>(3 * n));
+  FP4_CUDA_CHECK(cuda::detail::launch_split_bf16x3(gx.data(), n, pieces.data(), gpu_->stream()));
+  const auto got = pieces.download();
+  for (int64_t i = 0; i < n; ++i) {
+    const double hi = bf16_decode(got[i]), mid = bf16_decode(got[n + i]), lo = bf16_decode(got[2 * n + i]);
+    if (std::isfinite(hi)) {
+      ASSERT_EQ(hi + mid + lo, double(x[i])) << "x = " << x[i] << " (" << std::hexfloat << x[i] << ")";
+    } else {
+      ASSERT_GE(std::abs(double(x[i])), double(rounds_to_inf)) << std::hexfloat << x[i];
+      ASSERT_EQ(hi, x[i] > 0 ? INFINITY : -INFINITY) << std::hexfloat << x[i];
+      ASSERT_EQ(mid, 0.0);
+      ASSERT_EQ(lo, 0.0);
+    }
   }
 }
 

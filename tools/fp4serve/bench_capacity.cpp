@@ -217,11 +217,12 @@ int run_capacity(const CapacityOptions& o) {
   if (layers == 0) {
     const model::ModelConfig full = model::parse_model_config(config_with_layers(60).dump(), kPreset);
     const int64_t per_token_layer = model::KvMemory::page_bytes(full, formats) / kvcache::kPageTokens / full.num_layers;
-    const int64_t budget = static_cast<int64_t>(0.9 * memory.total_bytes) - (memory.total_bytes - memory.available_bytes) -
-                           2 * 2 * full.vocab_size * full.hidden_size -
+    const int64_t budget = static_cast<int64_t>(flags.memory_utilization * memory.total_bytes) -
+                           (memory.total_bytes - memory.available_bytes) - 2 * 2 * full.vocab_size * full.hidden_size -
                            2 * model::estimate_activations(full, {.max_num_batched_tokens = flags.max_num_batched_tokens,
                                                                   .max_num_seqs = flags.max_num_seqs,
-                                                                  .max_model_len = o.max_model_len}).peak;
+                                                                  .max_model_len = o.max_model_len}).peak -
+                           m.backend->op_scratch_bytes();
     int64_t used = 0;
     for (int64_t l = 0; l < full.num_layers; ++l) {
       used += layer_bytes(full, l) + per_token_layer * o.max_model_len;
@@ -233,6 +234,13 @@ int run_capacity(const CapacityOptions& o) {
   const json config_json = config_with_layers(layers);
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / fmt::format("fp4serve-capacity-{}", getpid());
   std::filesystem::create_directories(dir);
+  struct RemoveDir {
+    std::filesystem::path path;
+    ~RemoveDir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } remove_dir{dir};
   std::ofstream(dir / "config.json") << config_json.dump(2);
   m.config = model::load_model_config((dir / "config.json").string());
   const model::ModelConfig& c = m.config;
@@ -245,13 +253,16 @@ int run_capacity(const CapacityOptions& o) {
   m.weights.lm_head = random.bf16_linear(c.vocab_size, c.hidden_size);
   m.weights.final_norm = random.norm(c.hidden_size);
   m.resident = std::make_unique<model::ResidentWeights>(m.weights, *m.backend);
-  release_pages(m.weights.embed.w);
-  release_pages(m.weights.lm_head.w);
-  m.weights.layers.reserve(static_cast<size_t>(c.num_layers));  // no reallocation: the tensors stay put
+  // On the CPU (a trial run) the host tensors are the only copy: they stay.
+  const bool release = !m.backend->uses_host_memory();
+  if (release) {
+    release_pages(m.weights.embed.w);
+    release_pages(m.weights.lm_head.w);
+  }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     m.weights.layers.push_back(random_layer(c, l, random));
     m.resident->place_new(m.weights, *m.backend);
-    release_layer(m.weights.layers.back());
+    if (release) release_layer(m.weights.layers.back());
   }
   report("capacity: weights {:.2f} GB on the GPU, made and placed in {:.0f} s\n", m.resident->device_bytes() / 1e9,
              seconds_since(start));
@@ -283,6 +294,11 @@ int run_capacity(const CapacityOptions& o) {
   const int64_t fit = pool.num_pages / pool.pages_per_seq;
   const int64_t chunks_per_prompt = (o.max_model_len + flags.max_num_batched_tokens - 1) / flags.max_num_batched_tokens;
   const int64_t output_tokens = (fit + 1) * (chunks_per_prompt + 2);
+  FP4_CHECK(fit < flags.max_num_seqs, "the pool holds {} sequences of {} tokens, at or above max_num_seqs {}: the "
+            "engine would stop at that count; give more layers or a longer --max-model-len", fit, o.max_model_len,
+            flags.max_num_seqs);
+  FP4_CHECK(2 * output_tokens <= o.max_model_len, "{} sequences of {} tokens would need {} output tokens each to "
+            "run at once; give more layers or a longer --max-model-len", fit, o.max_model_len, output_tokens);
   engine::EngineConfig ec{.cache = formats, .num_pages = pool.num_pages, .max_model_len = o.max_model_len,
                           .scheduler = {.max_num_seqs = flags.max_num_seqs,
                                         .max_num_batched_tokens = flags.max_num_batched_tokens}};
@@ -314,7 +330,6 @@ int run_capacity(const CapacityOptions& o) {
                  eng.metrics().num_running, eng.metrics().num_waiting, eng.metrics().kv_pages_used, pool.num_pages);
     }
   }
-  std::filesystem::remove_all(dir);
   const double run_seconds = seconds_since(run_start);
   report("capacity: {} steps in {:.0f} s ({}); at most {} of {} requests ran at once; the pool holds {}, "
              "the plan predicts {}\n",

@@ -2,6 +2,7 @@
 
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -152,15 +153,16 @@ void CudaBackend::synchronize() { FP4_CUDA_CHECK(cudaStreamSynchronize(stream_))
 
 void CudaBackend::linear(const LinearParams& p) {
   FP4_CHECK(p.m >= 0 && p.n >= 0 && p.k >= 0, "linear: negative size m={} n={} k={}", p.m, p.n, p.k);
+  FP4_CHECK((p.w != nullptr) != (p.w_bf16 != nullptr) || p.n * p.k == 0,
+            "linear: exactly one of w and w_bf16 must be given");
   constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
-  FP4_CHECK(3 * p.m <= kMaxInt && p.n <= kMaxInt && p.k <= kMaxInt, "linear: m={} n={} k={} exceed cuBLAS's int",
+  FP4_CHECK(p.m <= kMaxInt && p.n <= kMaxInt && p.k <= kMaxInt, "linear: m={} n={} k={} exceed cuBLAS's int",
             p.m, p.n, p.k);
   if (p.m == 0 || p.n == 0) return;
   if (p.k == 0) {
     fill_zero(p.y, static_cast<size_t>(p.m * p.n) * sizeof(float));
     return;
   }
-  FP4_CHECK((p.w != nullptr) != (p.w_bf16 != nullptr), "linear: exactly one of w and w_bf16 must be given");
   if (p.w_bf16 != nullptr) {
     linear_bf16_weight(p);
     return;
@@ -178,23 +180,29 @@ void CudaBackend::linear(const LinearParams& p) {
 // The weight's values are BF16, so x . w is computed as three BF16 tensor-core products: x is
 // split exactly into x_hi + x_mid + x_lo, each BF16 (8 significant bits apiece, 24 in all: an
 // FP32's), the three stacked as 3m rows of one GEMM so that w is read once, each product of
-// two BF16s exact and accumulated in FP32, and the three partial results summed. The error is
-// an FP32 GEMM's (cuda_backend_test derives the bound); w costs half the bytes and the math
-// runs at BF16 tensor-core rate.
+// two BF16s exact and accumulated in FP32 (tensor cores may truncate), and the three partial
+// results summed: within about three times an FP32 GEMM's error bound (cuda_backend_test
+// derives it), for half the weight bytes and the BF16 tensor-core rate. Long inputs (prefill)
+// run in row chunks so that the pieces and partials stay within kLinearScratchBytes.
 void CudaBackend::linear_bf16_weight(const LinearParams& p) {
-  const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
-  const int64_t x_values = p.m * p.k, y_values = p.m * p.n;
-  Buffer<uint16_t> pieces(*this, static_cast<size_t>(3 * x_values));
-  Buffer<float> parts(*this, static_cast<size_t>(3 * y_values));
-  FP4_CUDA_CHECK(detail::launch_split_bf16x3(p.x, x_values, pieces.data(), stream_));
+  const int64_t per_row = 3 * (p.k * int64_t{sizeof(uint16_t)} + p.n * int64_t{sizeof(float)});
+  const int64_t chunk = std::clamp<int64_t>(kLinearScratchBytes / per_row, 1, p.m);
+  FP4_CHECK(3 * chunk <= std::numeric_limits<int>::max(), "linear: {} rows exceed cuBLAS's int", 3 * chunk);
+  Buffer<uint16_t> pieces(*this, static_cast<size_t>(3 * chunk * p.k));
+  Buffer<float> parts(*this, static_cast<size_t>(3 * chunk * p.n));
   const float one = 1.0f, zero = 0.0f;
   // Tensor cores on (the default math); no reduced-precision reduction: FP32 throughout.
   FP4_CUBLAS_CHECK(cublasSetMathMode(
       cublas_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-  FP4_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, 3 * m, k, &one, p.w_bf16, CUDA_R_16BF, k,
-                                pieces.data(), CUDA_R_16BF, k, &zero, parts.data(), CUDA_R_32F, n,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  FP4_CUDA_CHECK(detail::launch_sum_thirds(parts.data(), y_values, p.y, stream_));
+  const int n = static_cast<int>(p.n), k = static_cast<int>(p.k);
+  for (int64_t row = 0; row < p.m; row += chunk) {
+    const int64_t rows = std::min(chunk, p.m - row);
+    FP4_CUDA_CHECK(detail::launch_split_bf16x3(p.x + row * p.k, rows * p.k, pieces.data(), stream_));
+    FP4_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, static_cast<int>(3 * rows), k, &one,
+                                  p.w_bf16, CUDA_R_16BF, k, pieces.data(), CUDA_R_16BF, k, &zero, parts.data(),
+                                  CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    FP4_CUDA_CHECK(detail::launch_sum_thirds(parts.data(), rows * p.n, p.y + row * p.n, stream_));
+  }
 }
 
 void CudaBackend::rms_norm(const RmsNormParams& p) { cuda::rms_norm(p, stream_); }

@@ -23,6 +23,10 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
+  // The most a BF16-weight projection takes for its split input and partial products.
+  static constexpr int64_t kLinearScratchBytes = int64_t{256} << 20;
+  int64_t op_scratch_bytes() const override { return kLinearScratchBytes; }
+
  private:
   void init();  // the stream, the pool's policy, cuBLAS
   void release_resources() noexcept;

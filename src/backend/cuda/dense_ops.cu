@@ -1,5 +1,5 @@
-// RMSNorm (with or without the residual add), RoPE and row-gather kernels. -fmad=false keeps
-// each product and sum rounded as the CPU's.
+// RMSNorm (with or without the residual add), RoPE and row-gather kernels, and the split and sum
+// around the BF16-weight projection. -fmad=false keeps each product and sum rounded as the CPU's.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -85,14 +85,17 @@ __global__ void __launch_bounds__(kGatherThreads) gather_rows_kernel(const Gathe
 // x = hi + mid + lo, each rounded to BF16 in turn from what the previous left. Each difference
 // is exact in FP32 (the remainder of a round to nearest fits in the bits below it), and the last
 // remainder has at most 8 significant bits, so lo holds it exactly: the sum is x itself unless
-// the pieces fall below BF16's normal range (|x| < 2^-100 or so).
+// the pieces fall below BF16's normal range (|x| < 2^-100 or so). Where hi is not finite (x is
+// +-inf or NaN, or rounds up past BF16's largest value, |x| >= 0x1.FF8p127) hi alone carries it
+// and mid and lo are 0, so the product is what x's own would be: +-inf or NaN.
 __global__ void __launch_bounds__(kSplitThreads) split_bf16x3_kernel(const float* x, int64_t n,
                                                                      __nv_bfloat16* out) {
   const int64_t i = int64_t{blockIdx.x} * kSplitThreads + threadIdx.x;
   if (i >= n) return;
   const float v = x[i];
   const __nv_bfloat16 hi = __float2bfloat16_rn(v);
-  const float r1 = v - __bfloat162float(hi);
+  const bool finite = isfinite(__bfloat162float(hi));
+  const float r1 = finite ? v - __bfloat162float(hi) : 0.0f;
   const __nv_bfloat16 mid = __float2bfloat16_rn(r1);
   const float r2 = r1 - __bfloat162float(mid);
   out[i] = hi;

@@ -235,7 +235,7 @@ __device__ Cut find_cut(const float* xs, int vocab, float m, Shared& s, Value va
 
 // SamplingParams::validate()'s ranges, as the host refuses a row.
 __device__ bool row_is_valid(const SampleRow& q) {
-  return isfinite(q.temperature) && q.temperature >= 0.0f && q.top_p > 0.0f && q.top_p <= 1.0f &&
+  return isfinite(q.temperature) && q.temperature >= 0.0f && q.top_k >= -1 && q.top_p > 0.0f && q.top_p <= 1.0f &&
          q.min_p >= 0.0f && q.min_p <= 1.0f && isfinite(q.repetition_penalty) && q.repetition_penalty > 0.0f &&
          q.frequency_penalty >= -2.0f && q.frequency_penalty <= 2.0f && q.presence_penalty >= -2.0f &&
          q.presence_penalty <= 2.0f && q.logprobs >= -1 && q.logprobs <= kTop && q.step >= 0;

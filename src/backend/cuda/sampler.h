@@ -1,7 +1,9 @@
 // The sampling op on the GPU: SampleParams' contract (backend/sample_params.h), with the host
-// sampler fp4::sampling::sample() (src/sampling/sampler.h) as the reference. Tokens, ranks and
-// top-logprob ids are the host's bit for bit; logprobs are within a derived bound of the
-// host's (the host sums the softmax denominator sequentially, the GPU in parallel).
+// sampler fp4::sampling::sample() (src/sampling/sampler.h) as the reference. Tokens are the
+// host's bit for bit; logprobs are within a derived bound of the host's (the host sums the
+// softmax denominator sequentially, the GPU in parallel), and ranks and top-logprob ids are the
+// host's wherever the logprobs are: where a logprob lands on the other side of a float rounding
+// boundary, ties among logprobs, and so ranks and the top order, can differ.
 // docs/kernels/sampler.md has the design and the numerics.
 #pragma once
 

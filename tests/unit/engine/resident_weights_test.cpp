@@ -1,0 +1,100 @@
+// ResidentWeights on a backend with memory of its own (a CPU backend that claims so, so the
+// test runs anywhere): each tensor copied once, projections whose values are all BF16 held in
+// BF16, device_bytes counting what was placed, place_new placing only what is new; and a model
+// whose projections are held in BF16 computing the very bits of the same model on host tensors.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstring>
+
+#include "engine/generator.h"
+#include "formats/minifloat.h"
+#include "model/resident_weights.h"
+#include "tests/support/random_model.h"
+
+namespace fp4::engine {
+namespace {
+
+class OwnMemoryCpuBackend final : public cpu::CpuBackend {
+ public:
+  bool uses_host_memory() const override { return false; }
+};
+
+void round_to_bf16(model::LinearWeight& w) {
+  for (float& v : w.w) v = bf16_decode(bf16_encode(v));
+}
+
+TEST(ResidentWeights, CopiesOnceHoldsBf16ValuesInBf16AndPlacesOnlyWhatIsNew) {
+  auto rng = testing::seeded_rng(41);
+  OwnMemoryCpuBackend backend;
+  model::ModelWeights w;
+  w.embed = testing::random_linear(50, 16, rng);  // FP32 values: stays FP32
+  w.lm_head = testing::random_linear(50, 16, rng);
+  round_to_bf16(w.lm_head);                       // BF16 values: held in BF16
+  w.final_norm = std::vector<float>(16, 1.0f);
+  model::ResidentWeights resident(w, backend);
+  const int64_t first = resident.device_bytes();
+  EXPECT_EQ(first, 50 * 16 * 4 + 50 * 16 * 2 + 16 * 4);
+
+  const model::ResidentWeights::Linear embed = resident(w.embed), head = resident(w.lm_head);
+  ASSERT_NE(embed.w, nullptr);
+  EXPECT_EQ(embed.w_bf16, nullptr);
+  EXPECT_NE(embed.w, w.embed.w.data()) << "a backend with its own memory reads a copy";
+  EXPECT_EQ(std::memcmp(embed.w, w.embed.w.data(), w.embed.w.size() * 4), 0);
+  ASSERT_NE(head.w_bf16, nullptr);
+  EXPECT_EQ(head.w, nullptr);
+  for (size_t i = 0; i < w.lm_head.w.size(); ++i) ASSERT_EQ(bf16_decode(head.w_bf16[i]), w.lm_head.w[i]);
+  EXPECT_EQ(resident(model::LinearWeight{}).w, nullptr);
+
+  resident.place_new(w, backend);
+  EXPECT_EQ(resident.device_bytes(), first) << "nothing new, nothing placed";
+  w.layers.emplace_back();
+  w.layers.back().input_norm = std::vector<float>(16, 2.0f);
+  resident.place_new(w, backend);
+  EXPECT_EQ(resident.device_bytes(), first + 16 * 4);
+  EXPECT_NE(resident(w.layers.back().input_norm), nullptr);
+}
+
+TEST(ResidentWeights, ProjectionsHeldInBf16GiveTheHostTensorsBits) {
+  auto rng = testing::seeded_rng(42);
+  LoadedModel host = testing::random_model(testing::tiny_m3_config(), rng);
+  auto round_all = [](model::ModelWeights& w) {
+    auto mlp = [](model::MlpWeights& m) {
+      for (model::LinearWeight* p : {&m.gate, &m.up, &m.down}) round_to_bf16(*p);
+    };
+    round_to_bf16(w.embed);
+    round_to_bf16(w.lm_head);
+    for (model::LayerWeights& l : w.layers) {
+      for (model::LinearWeight* p : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.attn.index_q, &l.attn.index_k,
+                                     &l.moe_weights.router}) {
+        round_to_bf16(*p);
+      }
+      mlp(l.mlp);
+      mlp(l.moe_weights.shared);
+      for (model::MlpWeights& e : l.moe_weights.experts) mlp(e);
+    }
+  };
+  round_all(host.weights);
+  host.resident = std::make_unique<model::ResidentWeights>(host.weights, *host.backend);
+  LoadedModel own;
+  own.config = host.config;
+  own.weights = host.weights;
+  own.backend = std::make_unique<OwnMemoryCpuBackend>();
+  own.resident = std::make_unique<model::ResidentWeights>(own.weights, *own.backend);
+  ASSERT_NE(own.resident->device_bytes(), 0);
+  ASSERT_NE((*own.resident)(own.weights.layers[0].attn.q).w_bf16, nullptr);
+
+  GenerateRequest r;
+  r.prompt = testing::random_prompt(200, host.config.vocab_size, rng);
+  r.max_tokens = 8;
+  r.sampling.temperature = 0;
+  r.keep_logits = true;
+  const GeneratorOptions options{.cache = {kvcache::PageDType::kBF16, kvcache::PageDType::kBF16}};
+  Generator a(host, options, 512), b(own, options, 512);
+  const GenerateResult want = a.generate(r), got = b.generate(r);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.step_logits, want.step_logits) << "the BF16-held projections changed a bit";
+}
+
+}  // namespace
+}  // namespace fp4::engine
