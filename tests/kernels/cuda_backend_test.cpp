@@ -247,7 +247,8 @@ TEST_F(CudaBackendOps, Bf16SplitIsExact) {
     }
   }
   const float max_finite_bf16 = std::bit_cast<float>(0x7F7FFFFFu & 0xFFFF0000u);
-  const float rounds_to_inf = std::bit_cast<float>(0x7F7FC000u);  // 0x1.FF8p127
+  // Halfway between BF16's largest, 0x1.FEp127, and 2^128: from here up round to nearest is inf.
+  const float rounds_to_inf = std::bit_cast<float>(0x7F7F8000u);  // 0x1.FFp127
   for (float v : {max_finite_bf16, -max_finite_bf16, std::nextafter(rounds_to_inf, 0.0f), rounds_to_inf,
                   std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
                   std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) {

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kGatherThreads) gather_rows_kernel(const Gathe
 // is exact in FP32 (the remainder of a round to nearest fits in the bits below it), and the last
 // remainder has at most 8 significant bits, so lo holds it exactly: the sum is x itself unless
 // the pieces fall below BF16's normal range (|x| < 2^-100 or so). Where hi is not finite (x is
-// +-inf or NaN, or rounds up past BF16's largest value, |x| >= 0x1.FF8p127) hi alone carries it
+// +-inf or NaN, or rounds up past BF16's largest value, |x| >= 0x1.FFp127) hi alone carries it
 // and mid and lo are 0, so the product is what x's own would be: +-inf or NaN.
 __global__ void __launch_bounds__(kSplitThreads) split_bf16x3_kernel(const float* x, int64_t n,
                                                                      __nv_bfloat16* out) {
