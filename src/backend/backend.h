@@ -14,6 +14,15 @@
 
 namespace fp4 {
 
+// A point in a backend's order of work: it is reached when every op issued before it has
+// finished (an event on a GPU's stream; the wall clock on the CPU, whose ops return done).
+class TimeMark {
+ public:
+  virtual ~TimeMark() = default;
+  // Milliseconds from `earlier` (a mark of the same backend) to this one; waits for both.
+  virtual double ms_since(const TimeMark& earlier) const = 0;
+};
+
 // A recorded sequence of ops (a CUDA graph): replaying it runs the same launches on the same
 // buffers, whatever they hold by then, for a fraction of the launch cost.
 class CapturedOps {
@@ -47,6 +56,9 @@ class Backend {
   // Memory an op may take for itself, beyond the buffers the model passes it (at most this much
   // at a time): what the engine keeps free besides the activations.
   virtual int64_t op_scratch_bytes() const { return 0; }
+  // A mark after the ops issued so far, for timing them (ProfilingBackend). The default reads
+  // the wall clock, right for a backend whose ops finish before they return.
+  virtual std::unique_ptr<TimeMark> mark_time();
 
   // Recording: the ops issued between begin_capture and end_capture (and the memory allocated
   // and released among them) are recorded, not run. Only where supports_capture(); nothing in

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backend/profiling_backend.h"
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
@@ -38,7 +39,22 @@ struct GenerateFlags {
   bool progress = false;
   std::string device = "auto";
   bool enforce_eager = false;
+  bool profile_ops = false;
 };
+
+// The ops' time, longest total first: where a generation spent its prefill and decode.
+void print_op_profile(const ProfilingBackend& profile) {
+  const std::vector<ProfilingBackend::OpTime> ops = profile.totals();
+  double total = 0;
+  for (const auto& t : ops) total += t.ms;
+  fmt::print(stderr, "\n[fp4serve] time per op ({}; every op timed from a mark before it to one after, run "
+             "op by op):\n{:<18} {:>8} {:>12} {:>7} {:>11}\n", profile.name(), "op", "calls", "total ms", "share",
+             "mean us");
+  for (const auto& t : ops) {
+    fmt::print(stderr, "{:<18} {:>8} {:>12.3f} {:>6.1f}% {:>11.2f}\n", t.op, t.calls, t.ms,
+               total > 0 ? 100.0 * t.ms / total : 0.0, 1000.0 * t.ms / static_cast<double>(t.calls));
+  }
+}
 
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& what) {
   std::string spaced = text;
@@ -87,7 +103,14 @@ std::vector<int32_t> prompt_tokens(const GenerateFlags& f, const engine::LoadedM
 void run_generate(const GenerateFlags& f) {
   set_default_num_threads(f.threads);
   engine::LoadOptions load{f.model, f.progress, f.device};
-  const engine::LoadedModel m = engine::load_model(load);
+  engine::LoadedModel m = engine::load_model(load);
+  // Profiling wraps the backend the weights were placed on; they stay where they are.
+  const ProfilingBackend* profile = nullptr;
+  if (f.profile_ops) {
+    auto wrapped = std::make_unique<ProfilingBackend>(std::move(m.backend));
+    profile = wrapped.get();
+    m.backend = std::move(wrapped);
+  }
   engine::GenerateRequest req;
   req.prompt = prompt_tokens(f, m);
   req.max_tokens = f.max_tokens;
@@ -184,6 +207,7 @@ void run_generate(const GenerateFlags& f) {
                  : fmt::format("{}, {}", m.backend->name(),
                                generator.runner().graphs_possible() && !f.enforce_eager ? "CUDA graphs" : "eager"),
              m.load_seconds, prefill_tps, decode_tps);
+  if (profile != nullptr) print_op_profile(*profile);
 }
 
 }  // namespace
@@ -223,6 +247,8 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   sub->add_option("--device", flags->device, "auto (the GPU when one is visible), cuda, cpu")
       ->capture_default_str()->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   sub->add_flag("--enforce-eager", flags->enforce_eager, "Launch decode steps op by op instead of from recorded CUDA graphs");
+  sub->add_flag("--profile-ops", flags->profile_ops,
+                "Time every op (run op by op) and print the time per op to stderr after the run");
   sub->callback([flags, &exit_code, sub] {
     flags->prompt_given = sub->count("--prompt") > 0;
     run_generate(*flags);

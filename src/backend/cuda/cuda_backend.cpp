@@ -92,6 +92,35 @@ class CudaGraph final : public CapturedOps {
 
 }  // namespace
 
+namespace {
+
+class EventMark final : public TimeMark {
+ public:
+  explicit EventMark(cudaStream_t stream) {
+    FP4_CUDA_CHECK(cudaEventCreate(&event_));
+    const cudaError_t status = cudaEventRecord(event_, stream);
+    if (status != cudaSuccess) cudaEventDestroy(event_);
+    FP4_CUDA_CHECK(status);
+  }
+  ~EventMark() override { cudaEventDestroy(event_); }
+  EventMark(const EventMark&) = delete;
+  EventMark& operator=(const EventMark&) = delete;
+  double ms_since(const TimeMark& earlier) const override {
+    const auto& e = dynamic_cast<const EventMark&>(earlier);
+    FP4_CUDA_CHECK(cudaEventSynchronize(event_));
+    float ms = 0;
+    FP4_CUDA_CHECK(cudaEventElapsedTime(&ms, e.event_, event_));
+    return ms;
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<TimeMark> CudaBackend::mark_time() { return std::make_unique<EventMark>(stream_); }
+
 void CudaBackend::begin_capture() {
   // The recording's inputs were just allocated on this stream; waiting for them first keeps
   // compute-sanitizer from taking the graph's reads of them for reads of unallocated memory.

@@ -26,6 +26,8 @@ class CudaBackend final : public Backend {
   // The most a BF16-weight projection takes for its split input and partial products.
   static constexpr int64_t kLinearScratchBytes = int64_t{256} << 20;
   int64_t op_scratch_bytes() const override { return kLinearScratchBytes; }
+  // An event recorded on the stream.
+  std::unique_ptr<TimeMark> mark_time() override;
 
  private:
   void init();  // the stream, the pool's policy, cuBLAS
