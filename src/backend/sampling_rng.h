@@ -16,29 +16,23 @@
 
 #include <cstdint>
 
-#if !defined(FP4_SAMPLING_HD)  // also defined, identically, by sampling_weights.h
-#if defined(__CUDACC__)
-#define FP4_SAMPLING_HD __host__ __device__
-#else
-#define FP4_SAMPLING_HD
-#endif
-#endif
+#include "formats/hd.h"
 
 namespace fp4::sampling {
 
 inline constexpr uint64_t kSplitMix64Gamma = 0x9E3779B97F4A7C15ull;
 
-FP4_SAMPLING_HD constexpr uint64_t splitmix64_mix(uint64_t z) {
+FP4_HD constexpr uint64_t splitmix64_mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
 
-FP4_SAMPLING_HD constexpr uint64_t random_bits(uint64_t seed, int64_t step) {
+FP4_HD constexpr uint64_t random_bits(uint64_t seed, int64_t step) {
   return splitmix64_mix(seed + (static_cast<uint64_t>(step) + 1) * kSplitMix64Gamma);
 }
 
-FP4_SAMPLING_HD constexpr uint64_t uniform_below(uint64_t bits, uint64_t n) {
+FP4_HD constexpr uint64_t uniform_below(uint64_t bits, uint64_t n) {
   return static_cast<uint64_t>((static_cast<unsigned __int128>(bits) * n) >> 64);
 }
 

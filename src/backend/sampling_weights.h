@@ -23,13 +23,7 @@
 #include <bit>
 #include <cstdint>
 
-#if !defined(FP4_SAMPLING_HD)
-#if defined(__CUDACC__)
-#define FP4_SAMPLING_HD __host__ __device__
-#else
-#define FP4_SAMPLING_HD
-#endif
-#endif
+#include "formats/hd.h"
 
 namespace fp4::sampling {
 
@@ -40,7 +34,7 @@ inline constexpr double kZeroWeightBelow = -27.8;
 inline constexpr int64_t kMaxVocab = int64_t{1} << 23;
 
 // e^d for d in [kZeroWeightBelow, 0]; the operations are the definition.
-FP4_SAMPLING_HD inline double weight_exp(double d) {
+FP4_HD double weight_exp(double d) {
   constexpr double kLog2e = 1.4426950408889634;
   constexpr double kLn2Hi = 6.93147180369123816490e-01;  // 0x3FE62E42FEE00000: k * hi is exact
   constexpr double kLn2Lo = 1.90821492927058770002e-10;  // ln2 - hi
@@ -68,7 +62,7 @@ FP4_SAMPLING_HD inline double weight_exp(double d) {
 #endif
 }
 
-FP4_SAMPLING_HD inline uint64_t token_weight(float x, float max_x) {
+FP4_HD uint64_t token_weight(float x, float max_x) {
   const double d = static_cast<double>(x) - static_cast<double>(max_x);
   if (!(d >= kZeroWeightBelow)) return 0;  // also x = -inf
   // The product is in [0, 2^40 * 1.0000000000001], and the conversion truncates: floor.

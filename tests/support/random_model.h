@@ -107,6 +107,16 @@ inline engine::LoadedModel random_model(const model::ModelConfig& c, std::mt1993
   return m;
 }
 
+// A copy of `m` (config and weights) placed on `backend`: the same model on a second backend.
+inline engine::LoadedModel same_model_on(const engine::LoadedModel& m, std::unique_ptr<Backend> backend) {
+  engine::LoadedModel copy;
+  copy.config = m.config;
+  copy.weights = m.weights;
+  copy.backend = std::move(backend);
+  copy.resident = std::make_unique<model::ResidentWeights>(copy.weights, *copy.backend);
+  return copy;
+}
+
 inline std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, std::mt19937_64& rng) {
   std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(vocab - 1));
   std::vector<int32_t> p(n);

@@ -100,13 +100,9 @@ TEST(DeviceSampling, ShipsEveryRequestFieldAndBringsBackTheHostSamplersResult) {
   }
   const auto want = serve(host, requests);
 
-  LoadedModel device;
-  device.config = host.config;
-  device.weights = host.weights;
   auto backend = std::make_unique<HostSamplingBackend>();
   const HostSamplingBackend* sampler = backend.get();
-  device.backend = std::move(backend);
-  device.resident = std::make_unique<model::ResidentWeights>(device.weights, *device.backend);
+  const LoadedModel device = testing::same_model_on(host, std::move(backend));
   const auto got = serve(device, requests);
   EXPECT_GT(sampler->calls, 0) << "the engine never sampled through the backend";
 
@@ -127,13 +123,9 @@ TEST(DeviceSampling, ShipsEveryRequestFieldAndBringsBackTheHostSamplersResult) {
 TEST(DeviceSampling, GeneratorDrawsTheHostSamplersTokens) {
   auto rng = testing::seeded_rng(32);
   const LoadedModel host = testing::random_model(testing::tiny_m3_config(), rng);
-  LoadedModel device;
-  device.config = host.config;
-  device.weights = host.weights;
   auto backend = std::make_unique<HostSamplingBackend>();
   const HostSamplingBackend* sampler = backend.get();
-  device.backend = std::move(backend);
-  device.resident = std::make_unique<model::ResidentWeights>(device.weights, *device.backend);
+  const LoadedModel device = testing::same_model_on(host, std::move(backend));
   GenerateRequest r;
   r.prompt = testing::random_prompt(150, host.config.vocab_size, rng);
   r.max_tokens = 20;

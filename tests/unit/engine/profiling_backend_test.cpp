@@ -15,13 +15,9 @@ namespace {
 TEST(ProfilingBackend, CountsEveryOpAndChangesNoBit) {
   auto rng = testing::seeded_rng(51);
   const LoadedModel plain = testing::random_model(testing::tiny_m3_config(), rng);
-  LoadedModel profiled;
-  profiled.config = plain.config;
-  profiled.weights = plain.weights;
   auto wrapped = std::make_unique<ProfilingBackend>(std::make_unique<cpu::CpuBackend>());
   const ProfilingBackend* profile = wrapped.get();
-  profiled.backend = std::move(wrapped);
-  profiled.resident = std::make_unique<model::ResidentWeights>(profiled.weights, *profiled.backend);
+  const LoadedModel profiled = testing::same_model_on(plain, std::move(wrapped));
 
   GenerateRequest r;
   r.prompt = testing::random_prompt(100, plain.config.vocab_size, rng);

@@ -76,11 +76,7 @@ TEST(ResidentWeights, ProjectionsHeldInBf16GiveTheHostTensorsBits) {
   };
   round_all(host.weights);
   host.resident = std::make_unique<model::ResidentWeights>(host.weights, *host.backend);
-  LoadedModel own;
-  own.config = host.config;
-  own.weights = host.weights;
-  own.backend = std::make_unique<OwnMemoryCpuBackend>();
-  own.resident = std::make_unique<model::ResidentWeights>(own.weights, *own.backend);
+  const LoadedModel own = testing::same_model_on(host, std::make_unique<OwnMemoryCpuBackend>());
   ASSERT_NE(own.resident->device_bytes(), 0);
   ASSERT_NE((*own.resident)(own.weights.layers[0].attn.q).w_bf16, nullptr);
 
