@@ -92,9 +92,11 @@ Value repeat(const Value& seq, int64_t times) {
   return Value::list(std::move(out), l.tuple);
 }
 
+// Python's float %: the result takes the divisor's sign, a zero one included (2.0 % -1 is -0.0).
 double py_fmod(double a, double b) {
   double m = std::fmod(a, b);
-  if (m != 0 && ((m < 0) != (b < 0))) m += b;
+  if (m == 0) return std::copysign(0.0, b);
+  if ((m < 0) != (b < 0)) m += b;
   return m;
 }
 

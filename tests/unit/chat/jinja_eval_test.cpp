@@ -39,6 +39,8 @@ TEST(JinjaEval, ArithmeticIsPythons) {
   EXPECT_EQ(render("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % -3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 4 / 2 }}"), "3 -4 -2 2 3.5 2.0");
   EXPECT_EQ(render("{{ -7.5 // 2 }} {{ -7.5 % 2 }} {{ 2 ** -1 }} {{ 2 ** 62 }} {{ true + true }}"),
             "-4.0 0.5 0.5 4611686018427387904 2");
+  // A zero float remainder takes the divisor's sign, as in Python.
+  EXPECT_EQ(render("{{ 2.0 % -1 }} {{ -2.0 % 1 }} {{ 6.0 % -3 }} {{ 4.0 % 2.0 }}"), "-0.0 0.0 -0.0 0.0");
   EXPECT_EQ(render("{{ 'ab' * 2 }}{{ 2 * 'c' }}{{ 'x' * -1 }} {{ [1] + [2] }} {{ [0] * 3 }}"), "ababcc [1, 2] [0, 0, 0]");
   EXPECT_EQ(render("{{ 'a' ~ 1 ~ none ~ true ~ 1.5 ~ missing }}"), "a1NoneTrue1.5");
   // Python's ints are unbounded; ours are 64-bit and say so rather than wrap.
