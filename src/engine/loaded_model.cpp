@@ -33,6 +33,16 @@ LoadedModel load_model(const LoadOptions& options) {
   namespace fs = std::filesystem;
   // The backend first: a bad --device fails before minutes of loading.
   std::unique_ptr<Backend> backend = make_backend(options.device);
+  FP4_CHECK(options.prefill_attention == "dense" || options.prefill_attention == "all" ||
+            options.prefill_attention == "never",
+            "--prefill-attention {}: expected dense, all or never", options.prefill_attention);
+#if FP4_HAVE_CUDA
+  if (auto* gpu = dynamic_cast<cuda::CudaBackend*>(backend.get())) {
+    gpu->set_prefill_attention(options.prefill_attention == "all"     ? cuda::PrefillKernelUse::kAll
+                               : options.prefill_attention == "never" ? cuda::PrefillKernelUse::kNever
+                                                                      : cuda::PrefillKernelUse::kDense);
+  }
+#endif
   const auto start = std::chrono::steady_clock::now();
   FP4_CHECK(fs::is_directory(options.model_dir), "--model {}: not a directory", options.model_dir);
   LoadedModel m;

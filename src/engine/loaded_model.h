@@ -19,6 +19,10 @@ struct LoadOptions {
   std::string model_dir;
   bool progress = false;  // force the loading progress bar even when stderr is not a terminal
   std::string device = "auto";  // --device: cuda, cpu, or auto (cuda when a Hopper GPU is visible)
+  // --prefill-attention: where prompt chunks take the GPU's prefill attention kernel: "dense"
+  // layers (the default), "all" layers, or "never" (the decode kernel, one CTA per token).
+  // The CPU backend has one attention op and ignores it.
+  std::string prefill_attention = "dense";
 };
 
 // The backend for a --device value: "cpu", "cuda" (an fp4::Error when this build has no CUDA

@@ -193,6 +193,26 @@ TEST_F(EngineOnGpu, BuiltInModelAgreesWithTheCpuInEveryCacheFormat) {
   }
 }
 
+// The prefill attention kernel in every layer (the built-in model's are all sparse, where the
+// default keeps the decode kernel): prompt chunks of 2,048 tokens go through it, and the greedy
+// tokens must agree with the CPU's as above.
+TEST_F(EngineOnGpu, PrefillKernelInSparseLayersAgreesWithTheCpu) {
+  const std::string dir = model_dir("FP4_DEFAULT_MODEL");
+  ASSERT_FALSE(dir.empty()) << "FP4_DEFAULT_MODEL must name the built-in model's directory";
+  const LoadedModel cpu = load_model({.model_dir = dir, .device = "cpu"});
+  const LoadedModel gpu = load_on_gpu(dir);
+  static_cast<cuda::CudaBackend&>(*gpu.backend).set_prefill_attention(cuda::PrefillKernelUse::kAll);
+  auto rng = testing::seeded_rng(81);
+  std::vector<int32_t> prompt(4096 - 64);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(cpu.config.vocab_size - 4));
+  for (int32_t& t : prompt) t = token(rng);
+  for (PageDType cache : {PageDType::kBF16, PageDType::kFP8}) {
+    const std::string what = fmt::format("built-in model, prefill kernel, {} cache", kvcache::page_dtype_name(cache));
+    const Greedy want = run(cpu, cache, prompt, 64), got = run(gpu, cache, prompt, 64);
+    expect_same_greedy(want, got, cpu.config.vocab_size, budget(cache, cpu), what, false);
+  }
+}
+
 TEST_F(EngineOnGpu, Stories260kWritesTheSameStory) {
   const std::string dir = model_dir("FP4_STORIES260K");
   ASSERT_FALSE(dir.empty()) << "FP4_STORIES260K must name the converted stories260K directory";

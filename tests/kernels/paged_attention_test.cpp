@@ -2,7 +2,8 @@
 // every page format, dense and sparse, head_dim 32 and 128, 2 and 16 query heads per KV head,
 // one batch of sequences of 1, 127, 128, 2048, 2049, 5000 and 300 tokens (the last one a
 // prefill chunk querying every position) behind shuffled page tables. Each launch runs on
-// poisoned outputs and workspace (NaN bytes), with both kernels and several split counts.
+// poisoned outputs and workspace (NaN bytes), with every kernel and several split counts; the
+// prefill kernel also on prefill chunks with selections in any order.
 //
 // Two kinds of data. Gaussian Q, K, V check the softmax numerics against a derived rounding
 // bound. Q = 0 with small-integer V makes every weight exactly 1, so both sides compute the
@@ -53,6 +54,17 @@ std::vector<int32_t> random_selection(const Batch& b, int64_t kv_heads, std::mt1
   return selected;
 }
 
+// The prefill kernel takes selections in any order, as the reference does, duplicates counted
+// twice: each token's list shuffled, and about one token in 8 naming one block twice.
+void shuffle_with_duplicates(std::vector<int32_t>& selected, std::mt19937_64& rng) {
+  for (size_t row = 0; row < selected.size(); row += kTopk) {
+    int32_t* list = &selected[row];
+    const int64_t used = std::count_if(list, list + kTopk, [](int32_t b) { return b >= 0; });
+    if (used > 0 && used < kTopk && rng() % 8 == 0) list[used] = list[rng() % used];
+    std::shuffle(list, list + kTopk, rng);
+  }
+}
+
 enum class Data { kGaussian, kExactMeans };
 
 struct Case {
@@ -62,6 +74,18 @@ struct Case {
   Data data;
 };
 
+// The step's sequences as (context, query tokens) pairs, and the kernels to run on them.
+struct Step {
+  std::vector<std::pair<int32_t, int32_t>> seqs;
+  bool decode_kernels = true;   // the CUDA-core and tensor-core decode kernels, several splits
+  bool prefill_kernel = false;  // forced, on any page format it takes
+  bool shuffled_selection = false;
+};
+
+// 8,400 tokens: 66 blocks, more than one CTA resolves at once (64) when a split takes them all.
+const Step kDecodeStep{{{1, 1}, {127, 3}, {128, 3}, {2048, 2}, {2049, 3}, {5000, 2}, {8400, 1}, {300, 300}},
+                       true, true, false};
+
 // Small integers (every 16-value block holds a +-6, so NVFP4 block scales are exact) for V.
 std::vector<float> small_integers(size_t n, std::mt19937_64& rng) {
   std::vector<float> v(n);
@@ -70,14 +94,13 @@ std::vector<float> small_integers(size_t n, std::mt19937_64& rng) {
   return v;
 }
 
-void run_case(const Case& c, std::mt19937_64& rng) {
+void run_case(const Case& c, std::mt19937_64& rng, const Step& step = kDecodeStep) {
   const bool exact = c.data == Data::kExactMeans;
   SCOPED_TRACE(fmt::format("{} {} group {} head_dim {} {}", kvcache::page_dtype_name(c.dtype),
                            c.sparse ? "sparse" : "dense", c.group, c.head_dim, exact ? "exact means" : "gaussian"));
   const int64_t kv_heads = c.group == 16 ? 2 : 4, q_heads = kv_heads * c.group, d = c.head_dim;
   const int64_t vec = kv_heads * d;
-  // 8,400 tokens: 66 blocks, more than one CTA resolves at once (64) when a split takes them all.
-  Batch b({{1, 1}, {127, 3}, {128, 3}, {2048, 2}, {2049, 3}, {5000, 2}, {8400, 1}, {300, 300}}, rng);
+  Batch b(step.seqs, rng);
   const auto layout = kvcache::kv_page_layout(c.dtype, static_cast<int>(kv_heads), static_cast<int>(d));
 
   // Pages: unwritten slots stay NaN bytes, so a kernel reading past a token's position shows.
@@ -120,7 +143,8 @@ void run_case(const Case& c, std::mt19937_64& rng) {
     const float factor = h == 0 ? 0.0f : h == 1 ? 1e-39f : std::exp2(log2_factor(rng));
     for (int64_t e = 0; e < d; ++e) q[row * d + e] *= factor;
   }
-  const auto selected = random_selection(b, kv_heads, rng);
+  auto selected = random_selection(b, kv_heads, rng);
+  if (step.shuffled_selection) shuffle_with_duplicates(selected, rng);
   const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
 
   PagedAttentionParams p{.ctx = {b.positions.data(), b.seq_of_token.data(), b.tables.data(), b.tokens(),
@@ -140,15 +164,15 @@ void run_case(const Case& c, std::mt19937_64& rng) {
   for (int64_t t = 0; t < b.tokens(); ++t) {
     const int64_t s = b.seq_of_token[t], pos = b.positions[t];
     for (int64_t g = 0; g < kv_heads; ++g) {
-      std::vector<bool> visible(pos + 1, !c.sparse);
+      std::vector<int> visible(pos + 1, c.sparse ? 0 : 1);  // times key j is read
       for (int64_t i = 0; c.sparse && i < kTopk; ++i) {
         const int32_t blk = selected[(g * b.tokens() + t) * kTopk + i];
-        for (int64_t j = blk * 128; blk >= 0 && j <= std::min<int64_t>(pos, blk * 128 + 127); ++j) visible[j] = true;
+        for (int64_t j = blk * 128; blk >= 0 && j <= std::min<int64_t>(pos, blk * 128 + 127); ++j) ++visible[j];
       }
       double n = 0, amax = 0, vmax = 0;
       for (int64_t j = 0; j <= pos; ++j) {
-        if (!visible[j]) continue;
-        n += 1;
+        if (visible[j] == 0) continue;
+        n += visible[j];
         const float* kj = &k_seen[s][j * vec + g * d];
         for (int64_t e = 0; e < d; ++e) vmax = std::max(vmax, double{std::abs(v_seen[s][j * vec + g * d + e])});
         for (int64_t h = g * c.group; h < (g + 1) * c.group; ++h) {
@@ -217,14 +241,21 @@ void run_case(const Case& c, std::mt19937_64& rng) {
       }
     }
   };
-  std::vector<Choice> kernels = {Choice::kCudaCore};
-  if (c.dtype != PageDType::kFP32 && d >= 32) kernels.push_back(Choice::kTensorCore);
-  for (Choice kernel : kernels) {
-    for (int splits : {0, 1, 3}) {
-      const cuda::PagedAttentionOptions options{kernel, splits};
-      check(fmt::format("{} kernel, splits {}", kernel == Choice::kCudaCore ? "CUDA-core" : "tensor-core",
-                        splits), &options);
+  const bool tensor_cores = c.dtype != PageDType::kFP32 && d >= 32;
+  if (step.decode_kernels) {
+    std::vector<Choice> kernels = {Choice::kCudaCore};
+    if (tensor_cores) kernels.push_back(Choice::kTensorCore);
+    for (Choice kernel : kernels) {
+      for (int splits : {0, 1, 3}) {
+        const cuda::PagedAttentionOptions options{kernel, splits};
+        check(fmt::format("{} kernel, splits {}", kernel == Choice::kCudaCore ? "CUDA-core" : "tensor-core",
+                          splits), &options);
+      }
     }
+  }
+  if (step.prefill_kernel && tensor_cores && c.dtype != PageDType::kNVFP4) {
+    const cuda::PagedAttentionOptions options{Choice::kPrefill, 0};
+    check("prefill kernel", &options);
   }
   check("default kernel and splits, workspace from cudaMallocAsync", nullptr);
 }
@@ -248,6 +279,25 @@ TEST_P(PagedAttentionKernels, MatchCpuReferenceOnTheSamePages) {
         if (GetParam() == PageDType::kFP32 || GetParam() == PageDType::kBF16) {
           run_case({GetParam(), sparse, group, 8, data}, rng);
         }
+      }
+    }
+  }
+}
+
+// Prefill chunks: a whole prompt of 700 tokens, a chunk of 301 tokens ending at 2,100 (it starts
+// mid-block and ends mid-unit), a few queries of a short sequence and a single token, so the
+// prefill kernel's 4-token CTAs straddle sequences and blocks; the selections in any order with
+// duplicates.
+TEST_P(PagedAttentionKernels, PrefillChunksMatchCpuReference) {
+  if (GetParam() == PageDType::kFP32 || GetParam() == PageDType::kNVFP4) {
+    GTEST_SKIP() << "the prefill kernel takes BF16 and FP8 pages";
+  }
+  auto rng = testing::seeded_rng(60 + static_cast<int>(GetParam()));
+  const Step step{{{700, 700}, {2100, 301}, {129, 5}, {1, 1}}, false, true, true};
+  for (Data data : {Data::kGaussian, Data::kExactMeans}) {
+    for (bool sparse : {false, true}) {
+      for (int64_t group : {2, 16}) {
+        for (int64_t head_dim : {32, 128}) run_case({GetParam(), sparse, group, head_dim, data}, rng, step);
       }
     }
   }
@@ -302,8 +352,9 @@ TEST_F(PagedAttentionKernels, InvalidDeviceIndicesGiveNanRowsOnly) {
   bad_selected[(1 * b.tokens() + t_sel) * kTopk] = b.positions[t_sel] / 128 + 1;
   bad_seq[t_seq] = static_cast<int32_t>(b.num_seqs);
   bad_tables[s_page * b.max_blocks] = static_cast<int32_t>(b.num_pages);
-  for (Choice kernel : {Choice::kCudaCore, Choice::kTensorCore}) {
+  for (Choice kernel : {Choice::kCudaCore, Choice::kTensorCore, Choice::kPrefill}) {
     for (int splits : {1, 3}) {
+      if (kernel == Choice::kPrefill && splits != 1) continue;  // no split-K
       for (bool sparse : {false, true}) {
         SCOPED_TRACE(fmt::format("kernel {} splits {} {}", static_cast<int>(kernel), splits, sparse ? "sparse" : "dense"));
         const cuda::PagedAttentionOptions options{kernel, splits};
@@ -376,6 +427,13 @@ TEST(PagedAttentionLauncher, RefusesShapesAndArgumentsTheKernelsDoNotTake) {
   refused(p);                                                // zero global scale
   const auto fp32_pages = kvcache::kv_page_layout(PageDType::kFP32, 2, 32);
   refused(params(fp32_pages, 4), {cuda::AttentionKernelChoice::kTensorCore, 1});
+  refused(params(fp32_pages, 4), {cuda::AttentionKernelChoice::kPrefill, 1});
+  refused(params(bf16, 4), {cuda::AttentionKernelChoice::kPrefill, 2});  // no split-K
+  refused(params(fp4_pages, 4), {cuda::AttentionKernelChoice::kPrefill, 1});
+  p = params(bf16, 4);
+  p.selected = ints;
+  p.topk = 65;
+  refused(p, {cuda::AttentionKernelChoice::kPrefill, 1});     // a selection longer than it sorts
 }
 
 }  // namespace

@@ -21,4 +21,11 @@ std::vector<Row> bench_paged_attention(const std::string& device, double copy_gb
 std::vector<Row> bench_paged_attention(const std::string& device, double copy_gbps, int reps,
                                        const std::string& kernel);
 
+// Prefill attention (section "prefill"): a 4K-token chunk of one sequence, dense over a 4K or
+// 16K context and top-16 sparse over 64K (one selection per 128-token query block, and one per
+// token), timed with the decode kernel and with the prefill kernel on the same inputs, each
+// checked on 32 of its tokens against the CPU reference first. Row bytes are the K/V rows the
+// chunk reads at all (each once), plus Q and the output.
+std::vector<Row> bench_prefill_attention(const std::string& device, double copy_gbps, int reps);
+
 }  // namespace fp4::bench

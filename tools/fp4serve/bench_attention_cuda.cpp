@@ -2,7 +2,7 @@
 // Every token sits at the end of its own 256K-token sequence and reads, per KV head, 15 random
 // blocks plus its local one. Only selected blocks get pages (a page holds all four heads, so a
 // block selected by one head costs the others nothing); pages are random bytes that decode to
-// finite values below kValueBound in every format. When one launch reads less than three times
+// finite values below kPageValueBound in every format. When one launch reads less than three times
 // the L2, the timed launches rotate over copies of the pool at other addresses, so every
 // launch streams from HBM.
 #include <fmt/format.h>
@@ -17,6 +17,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/paged_attention.h"
 #include "tools/fp4serve/bench_attention.h"
+#include "tools/fp4serve/bench_pages.h"
 
 namespace fp4::bench {
 namespace {
@@ -25,44 +26,6 @@ using kvcache::PageDType;
 
 constexpr int64_t kKvHeads = 4, kQHeads = 64, kDim = 128, kTopk = 16;
 constexpr int64_t kContext = int64_t{256} * 1024, kBlocks = kContext / 128;
-constexpr double kValueBound = 4.0;
-
-uint64_t splitmix(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Random bytes made into values of magnitude < kValueBound: FP32 and BF16 exponents of 0.25..2,
-// FP8 codes without NaN (times the scale 4/448), NVFP4 block scales of 0.25..1 (times g = 2/3).
-void fill_region(PageDType dtype, bool scales, uint8_t* p, int64_t bytes, uint64_t& state) {
-  for (int64_t i = 0; i < bytes; i += 8) {
-    uint64_t r = splitmix(state);
-    uint8_t b[8];
-    std::memcpy(b, &r, 8);
-    if (dtype == PageDType::kFP32) {
-      for (int w = 0; w < 2; ++w) {
-        uint32_t x;
-        std::memcpy(&x, b + 4 * w, 4);
-        x = (x & 0x807FFFFFu) | ((125u + (x >> 23) % 3) << 23);
-        std::memcpy(b + 4 * w, &x, 4);
-      }
-    } else if (dtype == PageDType::kBF16) {
-      for (int w = 0; w < 4; ++w) {
-        uint16_t x;
-        std::memcpy(&x, b + 2 * w, 2);
-        x = static_cast<uint16_t>((x & 0x807Fu) | ((125u + (x >> 7) % 3) << 7));
-        std::memcpy(b + 2 * w, &x, 2);
-      }
-    } else if (dtype == PageDType::kFP8) {
-      for (uint8_t& x : b) x = (x & 0x7F) == 0x7F ? x & 0xFE : x;
-    } else if (scales) {
-      for (uint8_t& x : b) x = static_cast<uint8_t>(0x28 + x % 17);  // E4M3 0.25 .. 1
-    }
-    std::memcpy(p + i, b, static_cast<size_t>(std::min<int64_t>(8, bytes - i)));
-  }
-}
 
 Row run_one(const std::string& device, double copy_gbps, int reps, PageDType dtype, int64_t batch,
             cuda::AttentionKernelChoice kernel, const std::string& kernel_name, size_t l2_bytes) {
@@ -97,14 +60,8 @@ Row run_one(const std::string& device, double copy_gbps, int reps, PageDType dty
 
   std::vector<uint8_t> pool(static_cast<size_t>(pages * layout.page_bytes));
   uint64_t state = rng();
-  for (int32_t pg = 0; pg < pages; ++pg) {
-    uint8_t* page = &pool[pg * layout.page_bytes];
-    for (const auto* r : {&layout.k_codes, &layout.v_codes}) fill_region(dtype, false, page + r->offset, r->bytes, state);
-    for (const auto* r : {&layout.k_scales, &layout.v_scales}) fill_region(dtype, true, page + r->offset, r->bytes, state);
-  }
-  kvcache::KvScales scales;
-  if (dtype == PageDType::kFP8) scales = {4.0f / 448, 4.0f / 448};
-  if (dtype == PageDType::kNVFP4) scales = {2.0f / 3, 2.0f / 3};
+  fill_pages(layout, pool.data(), pages, state);
+  const kvcache::KvScales scales = bench_page_scales(dtype);
   std::normal_distribution<float> normal;
   std::vector<float> q(batch * kQHeads * kDim);
   for (float& x : q) x = normal(rng);
@@ -161,13 +118,13 @@ Row run_one(const std::string& device, double copy_gbps, int reps, PageDType dty
   FP4_CUDA_CHECK(cudaDeviceSynchronize());
   d_out.download(got.data(), got.size() * 4);
   // The kernel tests' bound (tests/kernels/paged_attention_test.cpp) with n = 2048 keys, |V| <
-  // kValueBound and |logit| <= A = softmax_scale * kValueBound * |q|_1 (Hoelder).
+  // kPageValueBound and |logit| <= A = softmax_scale * kPageValueBound * |q|_1 (Hoelder).
   bool ok = true;
   for (int64_t row = 0; row < batch * kQHeads; ++row) {
     double q1 = 0;
     for (int64_t e = 0; e < kDim; ++e) q1 += std::abs(q[row * kDim + e]);
-    const double a = softmax_scale * kValueBound * q1;
-    const double tol = kValueBound * 0x1p-24 * ((2.0 * kDim + 336) * a + 8.5 * 2048 + 196);
+    const double a = softmax_scale * kPageValueBound * q1;
+    const double tol = kPageValueBound * 0x1p-24 * ((2.0 * kDim + 336) * a + 8.5 * 2048 + 196);
     for (int64_t e = 0; e < kDim; ++e) ok &= std::abs(double{got[row * kDim + e]} - want[row * kDim + e]) <= tol;
   }
 

@@ -102,6 +102,7 @@ std::vector<Row> run_gpu_benchmarks(const Options& options, std::string& why) {
     for (Row& r : more) rows.push_back(std::move(r));
   };
   if (options.runs("attention")) append(bench_paged_attention(device, copy_gbps, options.reps));
+  if (options.runs("prefill")) append(bench_prefill_attention(device, copy_gbps, options.reps));
   if (options.runs("indexer")) append(bench_indexer(device, copy_gbps, options.reps));
   if (options.runs("pre-attention")) append(bench_pre_attention(device, copy_gbps, options.reps));
   if (options.runs("experts")) append(bench_expert_gemm(device, copy_gbps, options.reps));

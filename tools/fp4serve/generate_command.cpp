@@ -39,6 +39,7 @@ struct GenerateFlags {
   bool progress = false;
   std::string device = "auto";
   bool enforce_eager = false;
+  std::string prefill_attention = "dense";
   bool profile_ops = false;
 };
 
@@ -102,7 +103,7 @@ std::vector<int32_t> prompt_tokens(const GenerateFlags& f, const engine::LoadedM
 
 void run_generate(const GenerateFlags& f) {
   set_default_num_threads(f.threads);
-  engine::LoadOptions load{f.model, f.progress, f.device};
+  engine::LoadOptions load{f.model, f.progress, f.device, f.prefill_attention};
   engine::LoadedModel m = engine::load_model(load);
   // Profiling wraps the backend the weights were placed on; they stay where they are.
   const ProfilingBackend* profile = nullptr;
@@ -247,6 +248,10 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   sub->add_option("--device", flags->device, "auto (the GPU when one is visible), cuda, cpu")
       ->capture_default_str()->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   sub->add_flag("--enforce-eager", flags->enforce_eager, "Launch decode steps op by op instead of from recorded CUDA graphs");
+  sub->add_option("--prefill-attention", flags->prefill_attention,
+                  "Where prompt chunks take the GPU's prefill attention kernel: dense layers, all "
+                  "layers, or never (the decode kernel per token)")
+      ->capture_default_str()->check(CLI::IsMember({"dense", "all", "never"}));
   sub->add_flag("--profile-ops", flags->profile_ops,
                 "Time every op (run op by op) and print the time per op to stderr after the run");
   sub->callback([flags, &exit_code, sub] {

@@ -242,7 +242,9 @@ void CudaBackend::gated_activation(const GatedActivationParams& p) { cuda::gated
 void CudaBackend::cache_insert(const CacheInsertParams& p) { cuda::cache_insert(p, stream_); }
 void CudaBackend::pre_attention(const PreAttentionParams& p) { cuda::pre_attention(p, stream_); }
 void CudaBackend::indexer_topk(const IndexerTopkParams& p) { cuda::indexer_topk(p, stream_, indexer_); }
-void CudaBackend::paged_attention(const PagedAttentionParams& p) { cuda::paged_attention(p, stream_); }
+void CudaBackend::paged_attention(const PagedAttentionParams& p) {
+  cuda::paged_attention(p, stream_, attention_);
+}
 void CudaBackend::router(const RouterParams& p) { cuda::router(p, stream_); }
 void CudaBackend::moe_dispatch(const MoeDispatchParams& p) { cuda::moe_dispatch(p, stream_); }
 void CudaBackend::moe_gather(const MoeGatherParams& p) { cuda::moe_gather(p, stream_); }

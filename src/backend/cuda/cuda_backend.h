@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/indexer_topk.h"
+#include "backend/cuda/paged_attention.h"
 
 struct cublasContext;
 
@@ -76,6 +77,8 @@ class CudaBackend final : public Backend {
   // bit from the same inputs, for comparisons with the CPU engine). Set it before any step is
   // recorded: a recording replays the kernel it was made with.
   void set_indexer_math(IndexerMath math) { indexer_.math = math; }
+  // Where prompt chunks take the prefill attention kernel (paged_attention.h); for comparisons.
+  void set_prefill_attention(PrefillKernelUse use) { attention_.prefill = use; }
 
   cudaStream_t stream() const { return stream_; }
   // Waits for everything issued so far.
@@ -89,6 +92,7 @@ class CudaBackend final : public Backend {
 
   void* cublas_workspace_ = nullptr;  // cuBLAS's, set once so a captured GEMM allocates nothing
   IndexerTopkOptions indexer_;
+  PagedAttentionOptions attention_;
 };
 
 }  // namespace fp4::cuda

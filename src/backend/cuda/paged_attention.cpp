@@ -79,22 +79,56 @@ void check_params(const PagedAttentionParams& p) {
             "cuda paged_attention: {} tokens of {} heads are too many for one launch", c.tokens, p.q_heads);
 }
 
-detail::AttentionKernel resolve(AttentionKernelChoice choice, const kvcache::PageLayout& layout) {
-  const PageDType dtype = layout.dtype;
-  const int head_dim = layout.head_dim;
-  const bool flat = layout.groups != layout.heads;
-  const bool fp32 = dtype == PageDType::kFP32;
+int sm_count() {
+  int device = 0, sms = 0;
+  FP4_CUDA_CHECK(cudaGetDevice(&device));
+  FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+void check_tensor_cores(const kvcache::PageLayout& layout, const char* kernel) {
+  FP4_CHECK(layout.dtype != PageDType::kFP32, "cuda paged_attention: the {} kernel needs BF16, FP8 "
+            "or NVFP4 pages (FP32 keys are not exact in BF16)", kernel);
+  FP4_CHECK(layout.head_dim >= 32 && layout.groups == layout.heads, "cuda paged_attention: the {} "
+            "kernel takes head-major pages with heads of 32 dims or more, not {}", kernel, layout.head_dim);
+}
+
+// The prefill kernel pays off in dense attention where a sequence has several query tokens of
+// the step (on average 4, the tokens one CTA shares pages among) and its CTAs (4 tokens x KV
+// head, no split-K) fill the GPU at least once; otherwise the decode kernel's splits win. Sparse
+// attention keeps the decode kernel: the prefill kernel is faster only where neighbouring
+// tokens select the same blocks, and 2.7x slower where each token's selection is its own
+// (docs/kernels/attention_prefill.md), which the launcher cannot know. A function of shapes
+// only, so a recorded step keeps its kernel.
+bool prefill_shaped(const PagedAttentionParams& p, PrefillKernelUse use) {
+  if (use == PrefillKernelUse::kNever || (p.selected != nullptr && use == PrefillKernelUse::kDense)) return false;
+  if (p.selected != nullptr && p.topk > detail::kMaxPrefillSelection) return false;
+  if (p.layout->dtype == PageDType::kNVFP4) return false;  // not yet correct on NVFP4 pages
+  const int64_t ctas = (p.ctx.tokens + detail::kPrefillTokensPerCta - 1) / detail::kPrefillTokensPerCta * p.kv_heads;
+  return p.ctx.tokens >= detail::kPrefillTokensPerCta * p.ctx.num_seqs && ctas >= sm_count();
+}
+
+detail::AttentionKernel resolve(const PagedAttentionOptions& options, const PagedAttentionParams& p) {
+  const AttentionKernelChoice choice = options.kernel;
+  const kvcache::PageLayout& layout = *p.layout;
+  const bool fp32 = layout.dtype == PageDType::kFP32;
   switch (choice) {
     case AttentionKernelChoice::kAuto:
-      return fp32 || flat || head_dim < 32 ? detail::AttentionKernel::kCudaCore
-                                           : detail::AttentionKernel::kTensorCore;
+      if (fp32 || layout.groups != layout.heads || layout.head_dim < 32) return detail::AttentionKernel::kCudaCore;
+      return p.ctx.tokens > 0 && prefill_shaped(p, options.prefill) ? detail::AttentionKernel::kPrefill
+                                                   : detail::AttentionKernel::kTensorCore;
     case AttentionKernelChoice::kCudaCore: return detail::AttentionKernel::kCudaCore;
     case AttentionKernelChoice::kTensorCore:
-      FP4_CHECK(!fp32, "cuda paged_attention: the tensor-core kernel needs BF16, FP8 or NVFP4 "
-                "pages (FP32 keys are not exact in BF16)");
-      FP4_CHECK(head_dim >= 32 && !flat, "cuda paged_attention: the tensor-core kernel takes "
-                "head-major pages with heads of 32 dims or more, not {}", head_dim);
+      check_tensor_cores(layout, "tensor-core");
       return detail::AttentionKernel::kTensorCore;
+    case AttentionKernelChoice::kPrefill:
+      check_tensor_cores(layout, "prefill");
+      FP4_CHECK(layout.dtype != PageDType::kNVFP4, "cuda paged_attention: the prefill kernel takes BF16 "
+                "and FP8 pages; NVFP4 pages give NaN where a staged sub-tile ends past the written keys");
+      FP4_CHECK(p.selected == nullptr || p.topk <= detail::kMaxPrefillSelection, "cuda paged_attention: "
+                "the prefill kernel takes selections of at most {} blocks, not {}",
+                detail::kMaxPrefillSelection, p.topk);
+      return detail::AttentionKernel::kPrefill;
   }
   fail_internal("paged_attention: unknown kernel choice {}", static_cast<int>(choice));
 }
@@ -170,6 +204,11 @@ struct SplitPlan {
 SplitPlan plan_splits(const PagedAttentionParams& p, const PagedAttentionOptions& options,
                       const detail::AttentionArgs& a, detail::AttentionKernel kernel) {
   const int64_t items = p.selected != nullptr ? p.topk : p.ctx.max_blocks;
+  if (kernel == detail::AttentionKernel::kPrefill) {
+    FP4_CHECK(options.splits <= 1, "cuda paged_attention: the prefill kernel has no split-K ({} splits asked)",
+              options.splits);
+    return {1, static_cast<int>(items)};
+  }
   const int64_t max_splits = std::min(items, kMaxGridYZ);
   auto plan_for = [&](int64_t want) {
     want = std::clamp<int64_t>(want, 1, max_splits);
@@ -212,7 +251,7 @@ size_t workspace_bytes(const PagedAttentionParams& p, const SplitPlan& plan) {
 size_t paged_attention_workspace_bytes(const PagedAttentionParams& p,
                                        const PagedAttentionOptions& options) {
   check_params(p);
-  const detail::AttentionKernel kernel = resolve(options.kernel, *p.layout);
+  const detail::AttentionKernel kernel = resolve(options, p);
   if (p.ctx.tokens == 0) return 0;
   return workspace_bytes(p, plan_splits(p, options, make_args(p), kernel));
 }
@@ -220,7 +259,7 @@ size_t paged_attention_workspace_bytes(const PagedAttentionParams& p,
 void paged_attention(const PagedAttentionParams& p, void* workspace, size_t workspace_size,
                      cudaStream_t stream, const PagedAttentionOptions& options) {
   check_params(p);
-  const detail::AttentionKernel kernel = resolve(options.kernel, *p.layout);
+  const detail::AttentionKernel kernel = resolve(options, p);
   if (p.ctx.tokens == 0) return;
   detail::AttentionArgs a = make_args(p);
   const SplitPlan plan = plan_splits(p, options, a, kernel);
@@ -237,12 +276,12 @@ void paged_attention(const PagedAttentionParams& p, void* workspace, size_t work
   FP4_CUDA_CHECK(detail::launch_paged_attention(a, kernel, stream));
 }
 
-void paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
-  const size_t bytes = paged_attention_workspace_bytes(p);
+void paged_attention(const PagedAttentionParams& p, cudaStream_t stream, const PagedAttentionOptions& options) {
+  const size_t bytes = paged_attention_workspace_bytes(p, options);
   void* workspace = nullptr;
   if (bytes > 0) FP4_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
   try {
-    paged_attention(p, workspace, bytes, stream);
+    paged_attention(p, workspace, bytes, stream, options);
   } catch (...) {
     if (workspace != nullptr) (void)cudaFreeAsync(workspace, stream);
     throw;

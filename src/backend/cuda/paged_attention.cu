@@ -309,12 +309,17 @@ cudaError_t cuda_core_ctas_per_sm(const AttentionArgs& a, int* ctas) {
 }
 
 cudaError_t attention_ctas_per_sm(const AttentionArgs& a, AttentionKernel kernel, int* ctas) {
-  return kernel == AttentionKernel::kTensorCore ? tensor_core_ctas_per_sm(a, ctas)
-                                                : cuda_core_ctas_per_sm(a, ctas);
+  switch (kernel) {
+    case AttentionKernel::kTensorCore: return tensor_core_ctas_per_sm(a, ctas);
+    case AttentionKernel::kPrefill: return prefill_ctas_per_sm(a, ctas);
+    case AttentionKernel::kCudaCore: break;
+  }
+  return cuda_core_ctas_per_sm(a, ctas);
 }
 
 cudaError_t launch_paged_attention(const AttentionArgs& a, AttentionKernel kernel,
                                    cudaStream_t stream) {
+  if (kernel == AttentionKernel::kPrefill) return launch_attention_prefill(a, stream);  // one split
   const cudaError_t status = kernel == AttentionKernel::kTensorCore
                                  ? launch_attention_tensor_core(a, stream)
                                  : launch_attention_cuda_core(a, stream);

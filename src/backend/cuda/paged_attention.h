@@ -13,10 +13,18 @@
 
 namespace fp4::cuda {
 
-// Which kernel computes the attention. kAuto takes the tensor-core kernel for BF16, FP8 and
-// NVFP4 pages and the CUDA-core kernel for FP32 pages (FP32 keys are not exact in BF16); the
-// others are for tests and benchmarks (the tensor-core kernel refuses FP32 pages).
-enum class AttentionKernelChoice : uint8_t { kAuto, kCudaCore, kTensorCore };
+// Which kernel computes the attention. kAuto takes a tensor-core kernel for BF16, FP8 and
+// NVFP4 pages (heads of 32 dims or more) and the CUDA-core kernel otherwise (FP32 keys are not
+// exact in BF16): for dense attention, the prefill kernel when the step has on average 4 or
+// more query tokens per sequence and enough of them to fill the GPU
+// (docs/kernels/attention_prefill.md), else the decode one. The others are for tests and benchmarks (the tensor-core kernels refuse FP32
+// pages; the prefill kernel, which has no split-K, also selections of more than 64 blocks and
+// any split count but 1).
+enum class AttentionKernelChoice : uint8_t { kAuto, kCudaCore, kTensorCore, kPrefill };
+
+// Where kAuto takes the prefill kernel (for a step it fits, see above): dense attention only
+// (the default), sparse attention too, or never.
+enum class PrefillKernelUse : uint8_t { kDense, kAll, kNever };
 
 struct PagedAttentionOptions {
   AttentionKernelChoice kernel = AttentionKernelChoice::kAuto;
@@ -24,6 +32,7 @@ struct PagedAttentionOptions {
   // the GPU, at most one split per block or selection slot); a positive value forces it (capped
   // the same way), for tests and benchmarks.
   int splits = 0;
+  PrefillKernelUse prefill = PrefillKernelUse::kDense;
 };
 
 // Pointers in `p` are device pointers except `p.layout`, a host PageLayout whose numbers the
@@ -46,6 +55,7 @@ void paged_attention(const PagedAttentionParams& p, void* workspace, size_t work
 
 // As above with a workspace taken from and returned to the stream-ordered allocator
 // (cudaMallocAsync / cudaFreeAsync on `stream`), so it needs no synchronization.
-void paged_attention(const PagedAttentionParams& p, cudaStream_t stream);
+void paged_attention(const PagedAttentionParams& p, cudaStream_t stream,
+                     const PagedAttentionOptions& options = {});
 
 }  // namespace fp4::cuda

@@ -12,11 +12,15 @@ namespace fp4::cuda::detail {
 enum class KvFormat : uint8_t { kF32, kBF16, kFP8, kNVFP4 };
 
 // Which kernel runs the attention. Tensor cores need K and V exact in BF16 before their
-// per-layer scale, so they take BF16, FP8 and NVFP4 pages; FP32 pages use CUDA cores.
-enum class AttentionKernel : uint8_t { kCudaCore, kTensorCore };
+// per-layer scale, so they take BF16, FP8 and NVFP4 pages; FP32 pages use CUDA cores. The
+// prefill kernel (tensor cores too) shares each staged page among 4 query tokens; it has no
+// split-K and takes selections of at most kMaxPrefillSelection blocks.
+enum class AttentionKernel : uint8_t { kCudaCore, kTensorCore, kPrefill };
 
 constexpr int kAttentionThreads = 128;  // 4 warps per CTA in both kernels
 constexpr int kBlockTokens = 128;       // one page = one MSA block = one K/V tile
+constexpr int kMaxPrefillSelection = 64;
+constexpr int kPrefillTokensPerCta = 4;
 
 struct AttentionArgs {
   // The step: token t at positions[t] of sequence seq_of_token[t].
@@ -47,7 +51,8 @@ struct AttentionArgs {
   float* partial_lse = nullptr;           // [splits, tokens, q_heads], log2 domain
 };
 
-// Grid (tokens, kv_heads, splits), then, when splits > 1, the merge kernel.
+// Grid (tokens, kv_heads, splits), then, when splits > 1, the merge kernel; the prefill
+// kernel's grid is (tokens / 4 rounded up, kv_heads).
 cudaError_t launch_paged_attention(const AttentionArgs& a, AttentionKernel kernel,
                                    cudaStream_t stream);
 
@@ -55,10 +60,12 @@ cudaError_t launch_paged_attention(const AttentionArgs& a, AttentionKernel kerne
 // counts its waves in them.
 cudaError_t attention_ctas_per_sm(const AttentionArgs& a, AttentionKernel kernel, int* ctas);
 
-// The two kernels, one per .cu file; launch_paged_attention picks one and adds the merge.
+// The kernels, one per .cu file; launch_paged_attention picks one and adds the merge.
 cudaError_t launch_attention_cuda_core(const AttentionArgs& a, cudaStream_t stream);
 cudaError_t launch_attention_tensor_core(const AttentionArgs& a, cudaStream_t stream);
+cudaError_t launch_attention_prefill(const AttentionArgs& a, cudaStream_t stream);
 cudaError_t cuda_core_ctas_per_sm(const AttentionArgs& a, int* ctas);
 cudaError_t tensor_core_ctas_per_sm(const AttentionArgs& a, int* ctas);
+cudaError_t prefill_ctas_per_sm(const AttentionArgs& a, int* ctas);
 
 }  // namespace fp4::cuda::detail

@@ -219,9 +219,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
         ldmatrix_x4(qh, &q_s[0][a_row * P + ks * 16 + a_col]);
         ldmatrix_x4(ql, &q_s[1][a_row * P + ks * 16 + a_col]);
         ldmatrix_x4(kb, &k_s[b_row * P + ks * 16 + b_col]);
-        mma<kF16>(s[0], qh, kb[0], kb[1]);
-        mma<kF16>(s[0], ql, kb[0], kb[1]);
+        mma<kF16>(s[0], qh, kb[0], kb[1]);  // no two back-to-back MMAs into the same registers
         mma<kF16>(s[1], qh, kb[2], kb[3]);
+        mma<kF16>(s[0], ql, kb[0], kb[1]);
         mma<kF16>(s[1], ql, kb[2], kb[3]);
       }
       __syncwarp();  // every lane's reads of k_s are done
@@ -279,8 +279,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
         uint32_t vb[4];
         ldmatrix_x4_trans(vb, &v_s[a_row * P + t * 8 + a_col]);
         mma<kF16>(o[t], ph, vb[0], vb[1]);
-        mma<kF16>(o[t], pl, vb[0], vb[1]);
         mma<kF16>(o[t + 1], ph, vb[2], vb[3]);
+        mma<kF16>(o[t], pl, vb[0], vb[1]);
         mma<kF16>(o[t + 1], pl, vb[2], vb[3]);
       }
       __syncwarp();  // every lane's reads of v_s are done
