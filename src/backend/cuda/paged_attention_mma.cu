@@ -37,29 +37,6 @@ constexpr int kSubTiles = kBlockTokens / (kWarps * kSub);
 // an SM's shared memory (60 KB each), NVFP4 pages four (55 KB).
 constexpr int kMinCtas = 4;
 
-// The MMA in the tiles' type.
-template <bool kF16>
-__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kF16) mma_m16n8k16_f16(c, a, b0, b1);
-  else mma_m16n8k16(c, a, b0, b1);
-}
-
-template <bool kF16>
-__device__ __forceinline__ void split(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  if constexpr (kF16) split_f16(x0, x1, hi, lo);
-  else split_bf16(x0, x1, hi, lo);
-}
-
-// The power of two that brings a head of Q whose largest magnitude is m into [2^13, 2^14), so
-// its FP16 hi + lo split keeps 2^-22 of each value (1 for a zero or non-finite m; capped so it
-// stays finite for subnormal m).
-__device__ __forceinline__ float f16_range_factor(float m) {
-  if (!(m > 0.0f) || !isfinite(m)) return 1.0f;
-  int e;
-  frexpf(m, &e);  // m = f 2^e, f in [0.5, 1)
-  return ldexpf(1.0f, min(14 - e, 126));
-}
-
 constexpr int kItemBatch = 64;  // blocks (or selection slots) whose pages are resolved at once
 
 // Block -> page for one item of the split, before the pipeline starts: page byte offset and

@@ -1,5 +1,6 @@
-// Device helpers of the tensor-core paged attention kernel (paged_attention_mma.cu): the staging
-// of 16-row K/V sub-tiles into 16-bit shared-memory tiles (BF16 pages by cp.async; FP8 and NVFP4
+// Device helpers of the tensor-core paged attention kernels (decode and prefill): the MMA and
+// hi + lo split in the tiles' type, Q's FP16 range factor, and the staging of 16-row K/V
+// sub-tiles into 16-bit shared-memory tiles (BF16 pages by cp.async; FP8 and NVFP4
 // pages through a per-warp ring of raw slots, dequantized from there into FP16).
 #pragma once
 
@@ -12,6 +13,29 @@
 namespace fp4::cuda::detail::tc {
 
 constexpr int kSub = 16;  // keys per warp sub-tile: the MMA's K for P.V
+
+// The MMA in the tiles' type.
+template <bool kF16>
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kF16) mma_m16n8k16_f16(c, a, b0, b1);
+  else mma_m16n8k16(c, a, b0, b1);
+}
+
+template <bool kF16>
+__device__ __forceinline__ void split(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  if constexpr (kF16) split_f16(x0, x1, hi, lo);
+  else split_bf16(x0, x1, hi, lo);
+}
+
+// The power of two that brings a head of Q whose largest magnitude is m into [2^13, 2^14), so
+// its FP16 hi + lo split keeps 2^-22 of each value (1 for a zero or non-finite m; capped so it
+// stays finite for subnormal m).
+__device__ __forceinline__ float f16_range_factor(float m) {
+  if (!(m > 0.0f) || !isfinite(m)) return 1.0f;
+  int e;
+  frexpf(m, &e);  // m = f 2^e, f in [0.5, 1)
+  return ldexpf(1.0f, min(14 - e, 126));
+}
 
 // FP8 and NVFP4 sub-tiles come through a per-warp ring of raw slots in shared memory, filled by
 // cp.async kRawStages - 1 sub-tiles ahead of the one being computed, so that a warp keeps

@@ -71,27 +71,6 @@ struct Plan {
   float q_factor[kWarps][kRows];
 };
 
-template <bool kF16>
-__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kF16) mma_m16n8k16_f16(c, a, b0, b1);
-  else mma_m16n8k16(c, a, b0, b1);
-}
-
-template <bool kF16>
-__device__ __forceinline__ void split(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  if constexpr (kF16) split_f16(x0, x1, hi, lo);
-  else split_bf16(x0, x1, hi, lo);
-}
-
-// As the decode kernel: the power of two bringing a head's largest magnitude m into
-// [2^13, 2^14) for the FP16 split.
-__device__ __forceinline__ float f16_range_factor(float m) {
-  if (!(m > 0.0f) || !isfinite(m)) return 1.0f;
-  int e;
-  frexpf(m, &e);
-  return ldexpf(1.0f, min(14 - e, 126));
-}
-
 // Warp `warp` sets up its token: position, sequence, block list (dense: 0 .. pos / 128;
 // sparse: the selection sorted ascending, padding first and skipped), and what the CPU reference
 // would reject marks the warp bad.
