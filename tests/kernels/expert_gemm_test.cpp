@@ -1,7 +1,8 @@
-// The NVFP4 expert matmul on the GPU against fp4::cpu::expert_gemm on the same weights and
-// activations: experts with no token, one, a partial MMA tile, whole tiles and more than one
-// pass of 32 tokens; random codes (all 16, NaN-free by construction), E4M3 block scales over
-// the normal and subnormal range and zero, random global scales; outputs poisoned first.
+// The NVFP4 expert matmul on the GPU, both kernels (FP16 and BF16 MMAs), against
+// fp4::cpu::expert_gemm on the same weights and activations: experts with no token, one, a
+// partial MMA tile, whole tiles and more than one pass of 32 tokens; random codes (all 16,
+// NaN-free by construction), E4M3 block scales over the normal and subnormal range and zero,
+// random global scales, rows of very different magnitudes; outputs poisoned first.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,13 +39,16 @@ Weights random_weights(int64_t experts, int64_t n, int64_t k, bool exact, std::m
   return w;
 }
 
-std::vector<uint16_t> random_x(int64_t rows, int64_t k, bool exact, std::mt19937_64& rng) {
+// `extreme`: row magnitudes from 2^-120 to 2^100, and a row of zeros, for the FP16 kernel's
+// per-row scaling (its cap at 2^127 and FP16's range).
+std::vector<uint16_t> random_x(int64_t rows, int64_t k, bool exact, std::mt19937_64& rng, bool extreme = false) {
   std::vector<uint16_t> x(rows * k);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> small(-8, 8);
-  std::uniform_real_distribution<float> log2_scale(-6.0f, 6.0f);
+  std::uniform_real_distribution<float> log2_scale(extreme ? -120.0f : -6.0f, extreme ? 100.0f : 6.0f);
   for (int64_t r = 0; r < rows; ++r) {
-    const float scale = std::exp2(log2_scale(rng));  // rows of different magnitudes
+    // Rows of different magnitudes; with `extreme`, every fifth row is zeros.
+    const float scale = extreme && r % 5 == 2 ? 0.0f : std::exp2(log2_scale(rng));
     for (int64_t i = 0; i < k; ++i) {
       x[r * k + i] = bf16_encode(exact ? static_cast<float>(small(rng)) : normal(rng) * scale);
     }
@@ -52,14 +56,14 @@ std::vector<uint16_t> random_x(int64_t rows, int64_t k, bool exact, std::mt19937
   return x;
 }
 
-void run_case(const std::vector<int32_t>& rows_per_expert, int64_t n, int64_t k, bool exact, std::mt19937_64& rng) {
+void run_case(const std::vector<int32_t>& rows_per_expert, int64_t n, int64_t k, bool exact, std::mt19937_64& rng,
+              bool extreme = false) {
   const int64_t experts = static_cast<int64_t>(rows_per_expert.size());
-  SCOPED_TRACE(::testing::Message() << experts << " experts of [" << n << ", " << k << "]" << (exact ? ", exact" : ""));
   std::vector<int32_t> offsets(experts + 1, 0);
   std::partial_sum(rows_per_expert.begin(), rows_per_expert.end(), offsets.begin() + 1);
   const int64_t rows = offsets.back();
   const Weights w = random_weights(experts, n, k, exact, rng);
-  const auto x = random_x(rows, k, exact, rng);
+  const auto x = random_x(rows, k, exact, rng, extreme);
   std::vector<float> want(rows * n);
   ExpertGemmParams c{.x = x.data(), .row_offsets = offsets.data(), .values = w.values.data(),
                      .scales = w.scales.data(), .global_scales = w.global.data(), .y = want.data(),
@@ -69,38 +73,65 @@ void run_case(const std::vector<int32_t>& rows_per_expert, int64_t n, int64_t k,
   ExpertGemmParams m = c;
   m.y = magnitude.data();
   cpu::expert_gemm_magnitude(m);
+  // g sum |w| per output: the magnitude run on activations of ones.
+  const std::vector<uint16_t> ones(rows * k, bf16_encode(1.0f));
+  std::vector<float> weight_sum(rows * n);
+  m.x = ones.data();
+  m.y = weight_sum.data();
+  cpu::expert_gemm_magnitude(m);
+  std::vector<double> row_max(rows, 0.0);  // M_r = max |x| of row r
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < k; ++i) row_max[r] = std::max<double>(row_max[r], std::abs(bf16_decode(x[r * k + i])));
+  }
 
-  const auto d_x = cuda::DeviceBuffer::copy_of(x), d_off = cuda::DeviceBuffer::copy_of(offsets), d_values = cuda::DeviceBuffer::copy_of(w.values), d_scales = cuda::DeviceBuffer::copy_of(w.scales),
+  const auto d_x = cuda::DeviceBuffer::copy_of(x), d_off = cuda::DeviceBuffer::copy_of(offsets),
+             d_values = cuda::DeviceBuffer::copy_of(w.values), d_scales = cuda::DeviceBuffer::copy_of(w.scales),
              d_global = cuda::DeviceBuffer::copy_of(w.global);
-  cuda::DeviceBuffer d_y(std::max<int64_t>(rows * n, 1) * 4);
-  d_y.fill(0xFF);  // NaN: a row or feature left unwritten fails
-  ExpertGemmParams d = c;
-  d.x = d_x.as<uint16_t>();
-  d.row_offsets = d_off.as<int32_t>();
-  d.values = d_values.as<uint8_t>();
-  d.scales = d_scales.as<uint8_t>();
-  d.global_scales = d_global.as<float>();
-  d.y = d_y.as<float>();
-  cuda::expert_gemm(d, nullptr);
-  FP4_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> got(rows * n);
-  d_y.download(got.data(), got.size() * 4);
+  for (const cuda::ExpertGemmKernel kernel : {cuda::ExpertGemmKernel::kF16, cuda::ExpertGemmKernel::kBf16}) {
+    const bool f16 = kernel == cuda::ExpertGemmKernel::kF16;
+    // Rows near 2^-120 make the BF16 kernel's products subnormal floats, outside what its bound
+    // covers; the FP16 kernel scales them up first.
+    if (extreme && !f16) continue;
+    SCOPED_TRACE(::testing::Message() << experts << " experts of [" << n << ", " << k << "]" << (exact ? ", exact" : "")
+                                      << (extreme ? ", extreme rows" : "") << (f16 ? ", FP16 kernel" : ", BF16 kernel"));
+    cuda::DeviceBuffer d_y(std::max<int64_t>(rows * n, 1) * 4);
+    d_y.fill(0xFF);  // NaN: a row or feature left unwritten fails
+    ExpertGemmParams d = c;
+    d.x = d_x.as<uint16_t>();
+    d.row_offsets = d_off.as<int32_t>();
+    d.values = d_values.as<uint8_t>();
+    d.scales = d_scales.as<uint8_t>();
+    d.global_scales = d_global.as<float>();
+    d.y = d_y.as<float>();
+    cuda::expert_gemm(d, nullptr, {.kernel = kernel});
+    FP4_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> got(rows * n);
+    d_y.download(got.data(), got.size() * 4);
 
-  constexpr double u = 0x1p-24;
-  for (int64_t e = 0; e < experts; ++e) {
-    for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
-      for (int64_t j = 0; j < n; ++j) {
-        // Bound: every product x * w is exact in FP32 (BF16 x BF16), so only the sums round.
-        // The MMA accumulates k products in FP32; taking each of its additions as off by at
-        // most 2 u of the running magnitude (the adder may truncate), itself at most
-        // S = sum |x w|, gives 2k u S. The hardware adds 16 products and the accumulator at a
-        // time, so the worst case is 17/16 of that: 2.125k u S. The CPU's double sum is exact
-        // to 2^-53 k S and rounds once to float (u S). Both multiply by g once (u each). So
-        // |got - want| <= g S (2.125k + 4) u. Exact inputs: 0.
-        const double tol = exact ? 0.0 : magnitude[r * n + j] * (2.125 * k + 4) * u;
-        const float gv = got[r * n + j], wv = want[r * n + j];
-        ASSERT_LE(std::abs(double{gv} - wv), tol)
-            << "expert " << e << " row " << r << " feature " << j << ": GPU " << gv << ", CPU " << wv;
+    constexpr double u = 0x1p-24;
+    for (int64_t e = 0; e < experts; ++e) {
+      for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+          // Bound: every product x * w is exact in FP32 (BF16 x BF16, or FP16 x FP16 of the
+          // same values times powers of two), so only the sums round. The MMA accumulates k
+          // products in FP32; taking each of its additions as off by at most 2 u of the running
+          // magnitude (the adder may truncate), itself at most S = sum |x w|, gives 2k u S. The
+          // hardware adds 16 products and the accumulator at a time, so the worst case is 17/16
+          // of that: 2.125k u S. The CPU's double sum is exact to 2^-53 k S and rounds once to
+          // float (u S). Both multiply by g once (u each); the FP16 kernel's power of two after
+          // g is exact. So |got - want| <= g S (2.125k + 4) u.
+          double tol = magnitude[r * n + j] * (2.125 * k + 4) * u;
+          // The FP16 kernel rounds x 2^s to FP16, s putting M_r = max |x| of the row in
+          // [2^14, 2^15) (s capped at 127): exact from 2^-17 up, since BF16 has 8 significant
+          // bits and FP16's spacing there is 2^-24; below, off by at most 2^-25, i.e. x by
+          // 2^-25-s <= max(M_r 2^-39, 2^-152). That adds g sum |w| of it.
+          if (f16) tol += weight_sum[r * n + j] * std::max(row_max[r] * 0x1p-39, 0x1p-152);
+          // Exact inputs: every sum is an exact float, so 0.
+          if (exact) tol = 0.0;
+          const float gv = got[r * n + j], wv = want[r * n + j];
+          ASSERT_LE(std::abs(double{gv} - wv), tol)
+              << "expert " << e << " row " << r << " feature " << j << ": GPU " << gv << ", CPU " << wv;
+        }
       }
     }
   }
@@ -125,6 +156,21 @@ TEST_F(ExpertGemmKernel, MatchesCpuOnRandomWeights) {
   run_case({2, 9, 0, 33}, 256, 128, false, rng);
   if (HasFatalFailure()) return;
   run_case({4, 1}, 64, 384, false, rng);
+  if (HasFatalFailure()) return;
+  // Rows from 2^-120 to 2^100 and rows of zeros.
+  run_case({6, 11, 0, 35}, 128, 512, false, rng, true);
+}
+
+TEST_F(ExpertGemmKernel, AutoTakesTheFp16KernelUnlessItsScratchIsTooLarge) {
+  ExpertGemmParams p{.scales = reinterpret_cast<const uint8_t*>(uintptr_t{256}), .rows = 1024, .experts = 128,
+                     .n = 6144, .k = 6144};
+  EXPECT_EQ(cuda::expert_gemm_kernel_for(p), cuda::ExpertGemmKernel::kF16);
+  p.rows = 32768;  // a prefill chunk of 8,192 tokens, top-4: 400 MB of FP16 activations
+  EXPECT_EQ(cuda::expert_gemm_kernel_for(p), cuda::ExpertGemmKernel::kBf16);
+  p.rows = 1024;
+  p.scales += 2;  // the FP16 kernel copies scales 8 bytes at a time
+  EXPECT_EQ(cuda::expert_gemm_kernel_for(p), cuda::ExpertGemmKernel::kBf16);
+  EXPECT_EQ(cuda::expert_gemm_kernel_for(p, {.kernel = cuda::ExpertGemmKernel::kF16}), cuda::ExpertGemmKernel::kF16);
 }
 
 TEST_F(ExpertGemmKernel, ExactOnSmallIntegers) {

@@ -52,10 +52,7 @@ CudaBackend::CudaBackend() {
 void CudaBackend::init() {
   FP4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   // Keep freed memory in the pool: a step's activations are the next step's.
-  cudaMemPool_t pool = nullptr;
-  FP4_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, kDevice));
-  uint64_t keep = std::numeric_limits<uint64_t>::max();
-  FP4_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  keep_freed_memory_in_pool(kDevice);
   cublasHandle_t handle = nullptr;
   FP4_CUBLAS_CHECK(cublasCreate(&handle));
   cublas_ = handle;

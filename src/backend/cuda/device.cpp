@@ -1,6 +1,8 @@
 #include "backend/cuda/device.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
@@ -33,6 +35,13 @@ DeviceInfo device_info(int device) {
     info.memory_bus_bits = value;
   (void)cudaGetLastError();
   return info;
+}
+
+void keep_freed_memory_in_pool(int device) {
+  cudaMemPool_t pool = nullptr;
+  FP4_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t keep = std::numeric_limits<uint64_t>::max();
+  FP4_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {

@@ -24,6 +24,11 @@ struct DeviceInfo {
 };
 DeviceInfo device_info(int device = 0);
 
+// Makes the device's default memory pool keep what is freed to it instead of handing it back to
+// the driver at every synchronization, so that a stream-ordered allocation (an op's scratch) is
+// a pool lookup, not a fresh mapping each time. The engine's backend and the benchmarks set it.
+void keep_freed_memory_in_pool(int device = 0);
+
 // An owned cudaMalloc allocation.
 class DeviceBuffer {
  public:

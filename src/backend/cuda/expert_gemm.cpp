@@ -4,12 +4,23 @@
 
 namespace fp4::cuda {
 
-void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream) {
+size_t expert_gemm_f16_scratch_bytes(const ExpertGemmParams& p) {
+  return static_cast<size_t>(p.rows) * static_cast<size_t>(p.k) * 2 + static_cast<size_t>(p.rows) * 4;
+}
+
+ExpertGemmKernel expert_gemm_kernel_for(const ExpertGemmParams& p, const ExpertGemmOptions& options) {
+  if (options.kernel != ExpertGemmKernel::kAuto) return options.kernel;
+  const bool scales_aligned = reinterpret_cast<uintptr_t>(p.scales) % 8 == 0;  // its 8-byte copies
+  return scales_aligned && expert_gemm_f16_scratch_bytes(p) <= kExpertGemmF16MaxScratch ? ExpertGemmKernel::kF16
+                                                                                        : ExpertGemmKernel::kBf16;
+}
+
+void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGemmOptions& options) {
   FP4_CHECK(p.experts > 0 && p.experts < 65536, "expert_gemm: {} experts (1 to 65535)", p.experts);
   FP4_CHECK(p.n > 0 && p.n % detail::kExpertGemmRows == 0, "expert_gemm: n = {} is not a positive multiple of {}",
             p.n, detail::kExpertGemmRows);
   FP4_CHECK(p.k > 0 && p.k % 128 == 0, "expert_gemm: k = {} is not a positive multiple of 128", p.k);
-  FP4_CHECK(p.rows >= 0, "expert_gemm: {} rows", p.rows);
+  FP4_CHECK(p.rows >= 0 && p.rows < (int64_t{1} << 31), "expert_gemm: {} rows", p.rows);
   FP4_CHECK(p.row_offsets && p.values && p.scales && p.global_scales,
             "expert_gemm: row offsets, weights and global scales are required");
   if (p.rows == 0) return;
@@ -17,7 +28,18 @@ void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream) {
   FP4_CHECK(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.values) % 16 == 0 &&
                 reinterpret_cast<uintptr_t>(p.scales) % 2 == 0,
             "expert_gemm: x and the codes must be 16-byte aligned, the scales 2-byte aligned");
-  FP4_CUDA_CHECK(detail::launch_expert_gemm(p, stream));
+  if (expert_gemm_kernel_for(p, options) == ExpertGemmKernel::kBf16) {
+    FP4_CUDA_CHECK(detail::launch_expert_gemm(p, stream));
+    return;
+  }
+  FP4_CHECK(reinterpret_cast<uintptr_t>(p.scales) % 8 == 0, "expert_gemm: the FP16 kernel needs 8-byte aligned scales");
+  // The stream-ordered allocator keeps this capturable in a CUDA graph and reuses the pool's
+  // memory from one layer to the next.
+  void* workspace = nullptr;
+  FP4_CUDA_CHECK(cudaMallocAsync(&workspace, expert_gemm_f16_scratch_bytes(p), stream));
+  const cudaError_t status = detail::launch_expert_gemm_f16(p, workspace, stream);
+  (void)cudaFreeAsync(workspace, stream);
+  FP4_CUDA_CHECK(status);
 }
 
 }  // namespace fp4::cuda

@@ -1,6 +1,6 @@
 // The routed experts' NVFP4 matmul on the GPU (W4A16): fp4::cpu::expert_gemm's contract
 // (backend/model_ops.h ExpertGemmParams). The weights are dequantized in registers on their way
-// to BF16 tensor-core MMAs; nothing dequantized is written to memory. Design and numerics:
+// to FP16 or BF16 tensor-core MMAs; nothing dequantized is written to memory. Design and numerics:
 // docs/kernels/expert_gemm.md.
 #pragma once
 
@@ -12,12 +12,31 @@
 
 namespace fp4::cuda {
 
+// Which kernel multiplies. kF16 (what kAuto takes whenever its scratch, the activations in
+// FP16, fits in kExpertGemmF16MaxScratch and the scales are 8-byte aligned): FP16 MMAs over activations scaled per row by a power
+// of two, the weights streamed through shared memory. kBf16: BF16 MMAs straight from x, no
+// scratch (long prefill chunks). Both compute the contract's exact products; docs/kernels/
+// expert_gemm.md gives the numerics of each.
+enum class ExpertGemmKernel { kAuto, kBf16, kF16 };
+
+struct ExpertGemmOptions {
+  ExpertGemmKernel kernel = ExpertGemmKernel::kAuto;
+};
+
+// The FP16 kernel's scratch for these shapes (rows x k FP16 values and a float per row).
+size_t expert_gemm_f16_scratch_bytes(const ExpertGemmParams& p);
+constexpr size_t kExpertGemmF16MaxScratch = size_t{64} << 20;
+
+// The kernel kAuto runs for these shapes.
+ExpertGemmKernel expert_gemm_kernel_for(const ExpertGemmParams& p, const ExpertGemmOptions& options = {});
+
 // Pointers in `p` are device pointers. Asynchronous on `stream`. Requirements, each checked
 // with an fp4::Error naming it: n a multiple of 64, k a multiple of 128, x and the codes
-// 16-byte aligned, the scales 2-byte aligned.
-// The row offsets live on the device, so the host cannot check them; the grid depends on the
-// shapes only (experts, n), so a launch can be captured in a CUDA graph.
-void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream);
+// 16-byte aligned, the scales 2-byte aligned (8 for kF16).
+// The row offsets live on the device, so the host cannot check them; the grids depend on the
+// shapes only (rows, experts, n), so a launch can be captured in a CUDA graph (the FP16
+// kernel's scratch comes from the stream-ordered allocator, which is capturable).
+void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGemmOptions& options = {});
 
 namespace detail {
 
@@ -26,6 +45,8 @@ constexpr int kExpertGemmRows = 64;      // output features per CTA
 constexpr int kExpertGemmStepK = 256;    // k values per main-loop step
 
 cudaError_t launch_expert_gemm(const ExpertGemmParams& p, cudaStream_t stream);
+// `workspace`: expert_gemm_f16_scratch_bytes(p) bytes, 16-byte aligned.
+cudaError_t launch_expert_gemm_f16(const ExpertGemmParams& p, void* workspace, cudaStream_t stream);
 
 }  // namespace detail
 }  // namespace fp4::cuda

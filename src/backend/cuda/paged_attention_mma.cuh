@@ -93,8 +93,6 @@ __device__ __forceinline__ void issue_raw(uint8_t* slot, const AttentionArgs& a,
   }
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
 // FP8 and NVFP4 tiles hold FP16, exactly: E4M3 codes through the hardware conversion, E2M1
 // codes as their value times 2^-14 (e2m1x8_to_f16x2_permuted) times the E4M3 block scale. The
 // per-layer scale (and NVFP4's 2^14) is left to the FP32 scores and outputs. NVFP4 rows hold
@@ -171,11 +169,6 @@ __device__ __forceinline__ void issue_bf16(uint16_t* tile, const uint8_t* region
                key < valid);
   }
   cp_async_commit();
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 }  // namespace fp4::cuda::detail::tc

@@ -1,0 +1,230 @@
+// Routed experts' grouped matmul on FP16 tensor cores: NVFP4 weights expanded to FP16 (two
+// shifts and a byte permute per pair, the attention kernels' placement) and activations scaled
+// per row by a power of two into FP16. Design and numerics: docs/kernels/expert_gemm.md.
+//
+// Two launches. scale_rows_kernel: each row of x times 2^s_r, s_r putting the row's largest
+// magnitude in [2^14, 2^15), as FP16, every group of 8 values stored in the MMA's k order
+// (0, 2, 1, 3, 4, 6, 5, 7), so that a lane's B fragments are whole 16-byte loads.
+// expert_gemm_f16_kernel: grid (n / 64, experts), 4 warps of 16 output features, as the BF16
+// kernel (expert_gemm.cu), but each lane streams its weights through a ring of shared-memory
+// slots filled by cp.async, several steps ahead, instead of one step held in registers.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/expert_gemm.h"
+#include "backend/cuda/mma.cuh"
+
+namespace fp4::cuda::detail {
+namespace {
+
+constexpr int kWarps = kExpertGemmThreads / 32;
+constexpr int kStages = 4;  // ring slots per warp: 3 steps (6 KB of codes a warp) in flight
+constexpr int kTiles = 4;   // 8-token MMA tiles per pass
+constexpr int kBlocksPerStep = kExpertGemmStepK / 128;
+constexpr int kScaleThreads = 128;
+// 5 CTAs of 36 KB of shared memory each fit an SM; asking for them caps the registers at 102
+// (157 unasked, 3 CTAs), without spills.
+constexpr int kMinCtasPerSm = 5;
+
+// One step of one warp: each lane's codes for its two features (grp, grp + 8) and the step's
+// blocks, written and read by that lane alone; then the block scales of the warp's 16 features,
+// copied by all lanes and read by all (hence a __syncwarp between landing and reading).
+struct Slot {
+  uint4 codes[2][kBlocksPerStep][32];
+  uint8_t scales[16][8 * kBlocksPerStep];
+};
+
+__device__ __forceinline__ uint32_t max_abs_bf16x2(uint32_t m, uint32_t pair) {
+  return max(m, max(pair & 0x7FFFu, (pair >> 16) & 0x7FFFu));
+}
+
+__device__ __forceinline__ uint32_t f16x2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t pair) { return __uint_as_float(pair << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t pair) { return __uint_as_float(pair & 0xFFFF0000u); }
+
+__global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(const uint16_t* x, int64_t k, uint4* x16,
+                                                                   float* out_scale) {
+  const int64_t row = blockIdx.x;
+  const uint4* src = reinterpret_cast<const uint4*>(x + row * k);
+  const int chunks = static_cast<int>(k / 8);
+  // Magnitudes compare as integers: BF16 bits without the sign are ordered like the values, and
+  // infinities and NaNs sit above every finite value.
+  uint32_t m = 0;
+  for (int c = threadIdx.x; c < chunks; c += kScaleThreads) {
+    const uint4 v = src[c];
+    m = max_abs_bf16x2(max_abs_bf16x2(m, v.x), v.y);
+    m = max_abs_bf16x2(max_abs_bf16x2(m, v.z), v.w);
+  }
+  for (int o = 16; o > 0; o /= 2) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+  __shared__ uint32_t warp_max[kScaleThreads / 32];
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  m = warp_max[0];
+  for (int w = 1; w < kScaleThreads / 32; ++w) m = max(m, warp_max[w]);
+  // s = 14 - floor(log2 max): the largest value lands in [2^14, 2^15), below FP16's 65504, and
+  // every value of at least 2^-17 times 2^s keeps all 8 of its BF16 bits. A row of zeros, or one
+  // holding an infinity or NaN, keeps s = 0 (what is not finite stays so). s is capped at 127 so
+  // that 2^s is a float; only rows whose largest value is below 2^-113 are affected.
+  int s = 0;
+  if (m != 0 && m < 0x7F80u) s = min(14 - ilogbf(__uint_as_float(m << 16)), 127);
+  const float up = __int_as_float((s + 127) << 23);
+  if (threadIdx.x == 0) out_scale[row] = __int_as_float((14 - s + 127) << 23);  // 2^(14 - s)
+  for (int c = threadIdx.x; c < chunks; c += kScaleThreads) {
+    const uint4 v = src[c];  // (x0, x1), (x2, x3), (x4, x5), (x6, x7)
+    x16[row * chunks + c] = make_uint4(f16x2(bf16_lo(v.x) * up, bf16_lo(v.y) * up),   // x0, x2
+                                       f16x2(bf16_hi(v.x) * up, bf16_hi(v.y) * up),   // x1, x3
+                                       f16x2(bf16_lo(v.z) * up, bf16_lo(v.w) * up),   // x4, x6
+                                       f16x2(bf16_hi(v.z) * up, bf16_hi(v.w) * up));  // x5, x7
+  }
+}
+
+// kHalfTail: k = 128 (mod 256), so the last step has one block (kept out of the common kernel,
+// as in expert_gemm.cu).
+template <bool kHalfTail>
+__global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm_f16_kernel(const ExpertGemmParams p,
+                                                                              const uint4* x16,
+                                                                              const float* out_scale) {
+  __shared__ Slot ring[kWarps][kStages];
+  const int e = blockIdx.y;
+  const int first = p.row_offsets[e], last = p.row_offsets[e + 1];
+  if (first >= last) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
+  const int64_t feature0 = int64_t{blockIdx.x} * kExpertGemmRows + warp * 16;
+  const uint8_t* codes[2];
+#pragma unroll
+  for (int f = 0; f < 2; ++f) codes[f] = p.values + (int64_t{e} * p.n + feature0 + grp + 8 * f) * (p.k / 2) + 16 * tig;
+  // Lane l copies the scales of feature l / 2 for block (l % 2) of each step: 8 bytes.
+  const uint8_t* scale_src = p.scales + (int64_t{e} * p.n + feature0 + lane / 2) * (p.k / 16) + 8 * (lane % 2);
+  Slot* const slots = ring[warp];
+  const float g = p.global_scales[e];
+  const int blocks = static_cast<int>(p.k / 128);
+  const int steps = (blocks + kBlocksPerStep - 1) / kBlocksPerStep;
+  const int64_t chunks = p.k / 8;  // uint4s of an x16 row
+
+  // Always one commit group per call, empty past the last step, so that "wait until kStages - 2
+  // are pending" always means "this step has landed".
+  auto issue = [&](int step) {
+    if (step < steps) {
+      Slot& s = slots[step % kStages];
+#pragma unroll
+      for (int f = 0; f < 2; ++f) {
+#pragma unroll
+        for (int b = 0; b < kBlocksPerStep; ++b) {
+          const int block = step * kBlocksPerStep + b;
+          if (kHalfTail && block >= blocks) break;
+          tc::cp_async16(&s.codes[f][b][lane], codes[f] + 64 * block, true);
+        }
+      }
+      if (!kHalfTail || step * kBlocksPerStep + lane % 2 < blocks) {
+        tc::cp_async8(&s.scales[lane / 2][8 * (lane % 2)], scale_src + 8 * kBlocksPerStep * step);
+      }
+    }
+    tc::cp_async_commit();
+  };
+
+  for (int pass = first; pass < last; pass += 8 * kTiles) {
+    const int tokens = min(8 * kTiles, last - pass);
+    // The previous pass's slots are read by every lane before any lane refills them.
+    __syncwarp();
+    float acc[kTiles][4] = {};
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue(s);
+    for (int step = 0; step < steps; ++step) {
+      tc::cp_async_wait<kStages - 2>();
+      __syncwarp();  // every lane's scales of this step have landed; the slot refilled next is free
+      issue(step + kStages - 1);
+      const Slot& s = slots[step % kStages];
+#pragma unroll
+      for (int b = 0; b < kBlocksPerStep; ++b) {
+        if (kHalfTail && step * kBlocksPerStep + b >= blocks) break;  // uniform across the CTA
+        const int64_t k0 = (int64_t{step} * kExpertGemmStepK + 128 * b + 32 * tig) / 8;
+        // The first tile's activations are loaded before the expansion, which hides their latency.
+        uint4 xv[4] = {};
+        if (grp < tokens) {
+          const uint4* src = x16 + (int64_t{pass} + grp) * chunks + k0;
+#pragma unroll
+          for (int v = 0; v < 4; ++v) xv[v] = __ldg(src + v);
+        }
+        uint32_t a[8][4];
+#pragma unroll
+        for (int f = 0; f < 2; ++f) {
+          const uint4 c = s.codes[f][b][lane];
+          const uint32_t two = *reinterpret_cast<const uint16_t*>(&s.scales[grp + 8 * f][8 * b + 2 * tig]);
+          const uint32_t sf = tc::e4m3x2_to_f16x2(two);  // the scales of values 0-15 and 16-31
+          const uint32_t sf_lo = tc::prmt(sf, 0, 0x1010), sf_hi = tc::prmt(sf, 0, 0x3232);
+          const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {  // word i: stored values 8i .. 8i + 7 of the lane's 32
+            uint32_t pairs[4];            // (v0, v2), (v4, v6), (v1, v3), (v5, v7), times 2^-14
+            tc::e2m1x8_to_f16x2_permuted(w[i], pairs);
+            const uint32_t scale = i < 2 ? sf_lo : sf_hi;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) pairs[q] = tc::mul_f16x2(pairs[q], scale);  // exact
+            // k-step 2i: slots (2tig, 2tig + 1) hold values 0, 2 and (2tig + 8, + 9) 1, 3;
+            // k-step 2i + 1 the same with 4 .. 7. x16 is stored in that order.
+            a[2 * i][f] = pairs[0];
+            a[2 * i][2 + f] = pairs[2];
+            a[2 * i + 1][f] = pairs[1];
+            a[2 * i + 1][2 + f] = pairs[3];
+          }
+        }
+#pragma unroll
+        for (int t = 0; t < kTiles; ++t) {
+          if (8 * t >= tokens) break;  // uniform across the CTA
+          if (t > 0) {
+            const int token = 8 * t + grp;
+#pragma unroll
+            for (int v = 0; v < 4; ++v) xv[v] = make_uint4(0, 0, 0, 0);
+            if (token < tokens) {
+              const uint4* src = x16 + (int64_t{pass} + token) * chunks + k0;
+#pragma unroll
+              for (int v = 0; v < 4; ++v) xv[v] = __ldg(src + v);
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            tc::mma_m16n8k16_f16(acc[t], a[2 * i], xv[i].x, xv[i].y);
+            tc::mma_m16n8k16_f16(acc[t], a[2 * i + 1], xv[i].z, xv[i].w);
+          }
+        }
+      }
+    }
+    tc::cp_async_wait<0>();
+    // acc[t]: features grp (0, 1) and grp + 8 (2, 3), tokens 8t + 2tig (0, 2) and + 1 (1, 3);
+    // the sums are of (w 2^-14)(x 2^s), so they are scaled back by 2^(14 - s) of their token,
+    // after g: that product rounds once, as the BF16 kernel's does, and the power of two is exact.
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int token = 8 * t + 2 * tig + c % 2;
+        if (token < tokens) {
+          const int64_t row = int64_t{pass} + token;
+          p.y[row * p.n + feature0 + grp + 8 * (c / 2)] = acc[t][c] * g * out_scale[row];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_expert_gemm_f16(const ExpertGemmParams& p, void* workspace, cudaStream_t stream) {
+  uint4* x16 = static_cast<uint4*>(workspace);
+  float* out_scale = reinterpret_cast<float*>(x16 + p.rows * (p.k / 8));
+  scale_rows_kernel<<<static_cast<unsigned>(p.rows), kScaleThreads, 0, stream>>>(p.x, p.k, x16, out_scale);
+  if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+  const dim3 grid(static_cast<unsigned>(p.n / kExpertGemmRows), static_cast<unsigned>(p.experts));
+  if (p.k % kExpertGemmStepK == 0) {
+    expert_gemm_f16_kernel<false><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale);
+  } else {
+    expert_gemm_f16_kernel<true><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace fp4::cuda::detail
