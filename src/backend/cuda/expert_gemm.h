@@ -23,8 +23,10 @@ struct ExpertGemmOptions {
   ExpertGemmKernel kernel = ExpertGemmKernel::kAuto;
 };
 
-// The FP16 kernel's scratch for these shapes (rows x k FP16 values and a float per row).
+// The FP16 kernel's scratch for these shapes: rows x k FP16 values, a float per row and the
+// list of experts with rows (expert_gemm_f16_expert_slots entries).
 size_t expert_gemm_f16_scratch_bytes(const ExpertGemmParams& p);
+int64_t expert_gemm_f16_expert_slots(const ExpertGemmParams& p);
 constexpr size_t kExpertGemmF16MaxScratch = size_t{64} << 20;
 
 // The kernel kAuto runs for these shapes.

@@ -4,10 +4,12 @@
 //
 // Two launches. scale_rows_kernel: each row of x times 2^s_r, s_r putting the row's largest
 // magnitude in [2^14, 2^15), as FP16, every group of 8 values stored in the MMA's k order
-// (0, 2, 1, 3, 4, 6, 5, 7), so that a lane's B fragments are whole 16-byte loads.
-// expert_gemm_f16_kernel: grid (n / 64, experts), 4 warps of 16 output features, as the BF16
-// kernel (expert_gemm.cu), but each lane streams its weights through a ring of shared-memory
-// slots filled by cp.async, several steps ahead, instead of one step held in registers.
+// (0, 2, 1, 3, 4, 6, 5, 7), so that a lane's B fragments are whole 16-byte loads, and the groups
+// of a 128-value block interleaved by lane, so that those loads are coalesced.
+// It also lists the experts that have rows. expert_gemm_f16_kernel: grid (n / 64, at most
+// min(experts, rows) experts with rows), 4 warps of 16 output features, as the BF16 kernel
+// (expert_gemm.cu), but each lane streams its weights through a ring of shared-memory slots
+// filled by cp.async, several steps ahead, instead of one step held in registers.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -26,13 +28,18 @@ constexpr int kScaleThreads = 128;
 // (157 unasked, 3 CTAs), without spills.
 constexpr int kMinCtasPerSm = 5;
 
-// One step of one warp: each lane's codes for its two features (grp, grp + 8) and the step's
-// blocks, written and read by that lane alone; then the block scales of the warp's 16 features,
-// copied by all lanes and read by all (hence a __syncwarp between landing and reading).
+// One step of one warp: the codes of its 16 features, 8 16-byte chunks a feature (chunk 4b + t:
+// block b, the 32 values lane tig = t reads), chunks XOR-swizzled by 4 on odd features so that
+// the two features of a quarter-warp's 16-byte reads fall in different banks; then their block
+// scales. Each copy instruction covers 4 whole 128-byte lines of global memory; a lane reads
+// what other lanes copied, hence a __syncwarp between landing and reading.
 struct Slot {
-  uint4 codes[2][kBlocksPerStep][32];
+  uint4 codes[16][8];
   uint8_t scales[16][8 * kBlocksPerStep];
 };
+static_assert(kBlocksPerStep == 2, "a step is one 128-byte line of codes per feature");
+
+__device__ __forceinline__ int swizzled_chunk(int feature, int chunk) { return chunk ^ ((feature & 1) << 2); }
 
 __device__ __forceinline__ uint32_t max_abs_bf16x2(uint32_t m, uint32_t pair) {
   return max(m, max(pair & 0x7FFFu, (pair >> 16) & 0x7FFFu));
@@ -46,8 +53,27 @@ __device__ __forceinline__ uint32_t f16x2(float lo, float hi) {
 __device__ __forceinline__ float bf16_lo(uint32_t pair) { return __uint_as_float(pair << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t pair) { return __uint_as_float(pair & 0xFFFF0000u); }
 
+// The experts that have rows, in order, then -1 up to `slots` (one warp). An expert without rows
+// would otherwise cost a CTA per 64 features: at one token (4 of 128 experts) those empty CTAs,
+// each holding its shared memory while it reads the offsets, took most of the launch.
+__device__ void list_active_experts(const int32_t* row_offsets, int64_t experts, int slots, int32_t* active) {
+  const int lane = threadIdx.x % 32;
+  int count = 0;
+  for (int64_t base = 0; base < experts; base += 32) {
+    const int64_t e = base + lane;
+    const bool has_rows = e < experts && row_offsets[e + 1] > row_offsets[e];
+    const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, has_rows);
+    const int at = count + __popc(ballot & ((1u << lane) - 1));
+    if (has_rows && at < slots) active[at] = static_cast<int32_t>(e);  // bounded: offsets are device data
+    count += __popc(ballot);
+  }
+  for (int at = count + lane; at < slots; at += 32) active[at] = -1;
+}
+
 __global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(const uint16_t* x, int64_t k, uint4* x16,
-                                                                   float* out_scale) {
+                                                                   float* out_scale, const int32_t* row_offsets,
+                                                                   int64_t experts, int slots, int32_t* active) {
+  if (blockIdx.x == 0 && threadIdx.x < 32) list_active_experts(row_offsets, experts, slots, active);
   const int64_t row = blockIdx.x;
   const uint4* src = reinterpret_cast<const uint4*>(x + row * k);
   const int chunks = static_cast<int>(k / 8);
@@ -75,10 +101,14 @@ __global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(const uint16_
   if (threadIdx.x == 0) out_scale[row] = __int_as_float((14 - s + 127) << 23);  // 2^(14 - s)
   for (int c = threadIdx.x; c < chunks; c += kScaleThreads) {
     const uint4 v = src[c];  // (x0, x1), (x2, x3), (x4, x5), (x6, x7)
-    x16[row * chunks + c] = make_uint4(f16x2(bf16_lo(v.x) * up, bf16_lo(v.y) * up),   // x0, x2
-                                       f16x2(bf16_hi(v.x) * up, bf16_hi(v.y) * up),   // x1, x3
-                                       f16x2(bf16_lo(v.z) * up, bf16_lo(v.w) * up),   // x4, x6
-                                       f16x2(bf16_hi(v.z) * up, bf16_hi(v.w) * up));  // x5, x7
+    // Within a 128-value block, lane tig's v-th group (values 32 tig + 8v ..) goes to 4v + tig,
+    // so that one 16-byte load of the four lanes of a token reads 64 contiguous bytes.
+    const int in_block = c % 16, lane_tig = in_block / 4, group = in_block % 4;
+    x16[row * chunks + (c - in_block) + 4 * group + lane_tig] =
+        make_uint4(f16x2(bf16_lo(v.x) * up, bf16_lo(v.y) * up),   // x0, x2
+                   f16x2(bf16_hi(v.x) * up, bf16_hi(v.y) * up),   // x1, x3
+                   f16x2(bf16_lo(v.z) * up, bf16_lo(v.w) * up),   // x4, x6
+                   f16x2(bf16_hi(v.z) * up, bf16_hi(v.w) * up));  // x5, x7
   }
 }
 
@@ -87,16 +117,19 @@ __global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(const uint16_
 template <bool kHalfTail>
 __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm_f16_kernel(const ExpertGemmParams p,
                                                                               const uint4* x16,
-                                                                              const float* out_scale) {
+                                                                              const float* out_scale,
+                                                                              const int32_t* active) {
   __shared__ Slot ring[kWarps][kStages];
-  const int e = blockIdx.y;
+  const int e = active[blockIdx.y];
+  if (e < 0) return;
   const int first = p.row_offsets[e], last = p.row_offsets[e + 1];
   if (first >= last) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
   const int64_t feature0 = int64_t{blockIdx.x} * kExpertGemmRows + warp * 16;
-  const uint8_t* codes[2];
-#pragma unroll
-  for (int f = 0; f < 2; ++f) codes[f] = p.values + (int64_t{e} * p.n + feature0 + grp + 8 * f) * (p.k / 2) + 16 * tig;
+  // Lane l copies chunk l % 8 of features l / 8 + 4i, i = 0 .. 3.
+  const int copy_feature = lane / 8, copy_chunk = lane % 8;
+  const uint8_t* const codes = p.values + (int64_t{e} * p.n + feature0 + copy_feature) * (p.k / 2) + 16 * copy_chunk;
+  const int64_t four_features = 4 * (p.k / 2);
   // Lane l copies the scales of feature l / 2 for block (l % 2) of each step: 8 bytes.
   const uint8_t* scale_src = p.scales + (int64_t{e} * p.n + feature0 + lane / 2) * (p.k / 16) + 8 * (lane % 2);
   Slot* const slots = ring[warp];
@@ -110,13 +143,12 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
   auto issue = [&](int step) {
     if (step < steps) {
       Slot& s = slots[step % kStages];
+      if (!kHalfTail || step * kBlocksPerStep + copy_chunk / 4 < blocks) {
 #pragma unroll
-      for (int f = 0; f < 2; ++f) {
-#pragma unroll
-        for (int b = 0; b < kBlocksPerStep; ++b) {
-          const int block = step * kBlocksPerStep + b;
-          if (kHalfTail && block >= blocks) break;
-          tc::cp_async16(&s.codes[f][b][lane], codes[f] + 64 * block, true);
+        for (int i = 0; i < 4; ++i) {
+          const int feature = copy_feature + 4 * i;
+          tc::cp_async16(&s.codes[feature][swizzled_chunk(feature, copy_chunk)],
+                         codes + i * four_features + 128 * int64_t{step}, true);
         }
       }
       if (!kHalfTail || step * kBlocksPerStep + lane % 2 < blocks) {
@@ -141,19 +173,21 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
 #pragma unroll
       for (int b = 0; b < kBlocksPerStep; ++b) {
         if (kHalfTail && step * kBlocksPerStep + b >= blocks) break;  // uniform across the CTA
-        const int64_t k0 = (int64_t{step} * kExpertGemmStepK + 128 * b + 32 * tig) / 8;
+        // This lane's v-th 16 bytes of the block are uint4 4v + tig of it (see scale_rows_kernel).
+        const int64_t k0 = (int64_t{step} * kExpertGemmStepK + 128 * b) / 8 + tig;
         // The first tile's activations are loaded before the expansion, which hides their latency.
         uint4 xv[4] = {};
         if (grp < tokens) {
           const uint4* src = x16 + (int64_t{pass} + grp) * chunks + k0;
 #pragma unroll
-          for (int v = 0; v < 4; ++v) xv[v] = __ldg(src + v);
+          for (int v = 0; v < 4; ++v) xv[v] = __ldg(src + 4 * v);
         }
         uint32_t a[8][4];
 #pragma unroll
         for (int f = 0; f < 2; ++f) {
-          const uint4 c = s.codes[f][b][lane];
-          const uint32_t two = *reinterpret_cast<const uint16_t*>(&s.scales[grp + 8 * f][8 * b + 2 * tig]);
+          const int feature = grp + 8 * f;
+          const uint4 c = s.codes[feature][swizzled_chunk(feature, 4 * b + tig)];
+          const uint32_t two = *reinterpret_cast<const uint16_t*>(&s.scales[feature][8 * b + 2 * tig]);
           const uint32_t sf = tc::e4m3x2_to_f16x2(two);  // the scales of values 0-15 and 16-31
           const uint32_t sf_lo = tc::prmt(sf, 0, 0x1010), sf_hi = tc::prmt(sf, 0, 0x3232);
           const uint32_t w[4] = {c.x, c.y, c.z, c.w};
@@ -182,7 +216,7 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
             if (token < tokens) {
               const uint4* src = x16 + (int64_t{pass} + token) * chunks + k0;
 #pragma unroll
-              for (int v = 0; v < 4; ++v) xv[v] = __ldg(src + v);
+              for (int v = 0; v < 4; ++v) xv[v] = __ldg(src + 4 * v);
             }
           }
 #pragma unroll
@@ -216,13 +250,18 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
 cudaError_t launch_expert_gemm_f16(const ExpertGemmParams& p, void* workspace, cudaStream_t stream) {
   uint4* x16 = static_cast<uint4*>(workspace);
   float* out_scale = reinterpret_cast<float*>(x16 + p.rows * (p.k / 8));
-  scale_rows_kernel<<<static_cast<unsigned>(p.rows), kScaleThreads, 0, stream>>>(p.x, p.k, x16, out_scale);
+  int32_t* active = reinterpret_cast<int32_t*>(out_scale + p.rows);
+  // At most this many experts have rows: a shape-only grid, as a CUDA graph needs.
+  const int slots = static_cast<int>(expert_gemm_f16_expert_slots(p));
+  scale_rows_kernel<<<static_cast<unsigned>(p.rows), kScaleThreads, 0, stream>>>(p.x, p.k, x16, out_scale,
+                                                                                 p.row_offsets, p.experts, slots,
+                                                                                 active);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
-  const dim3 grid(static_cast<unsigned>(p.n / kExpertGemmRows), static_cast<unsigned>(p.experts));
+  const dim3 grid(static_cast<unsigned>(p.n / kExpertGemmRows), static_cast<unsigned>(slots));
   if (p.k % kExpertGemmStepK == 0) {
-    expert_gemm_f16_kernel<false><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale);
+    expert_gemm_f16_kernel<false><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale, active);
   } else {
-    expert_gemm_f16_kernel<true><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale);
+    expert_gemm_f16_kernel<true><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale, active);
   }
   return cudaGetLastError();
 }
