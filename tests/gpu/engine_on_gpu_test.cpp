@@ -206,7 +206,7 @@ TEST_F(EngineOnGpu, PrefillKernelInSparseLayersAgreesWithTheCpu) {
   std::vector<int32_t> prompt(4096 - 64);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(cpu.config.vocab_size - 4));
   for (int32_t& t : prompt) t = token(rng);
-  for (PageDType cache : {PageDType::kBF16, PageDType::kFP8}) {
+  for (PageDType cache : {PageDType::kBF16, PageDType::kFP8, PageDType::kNVFP4}) {
     const std::string what = fmt::format("built-in model, prefill kernel, {} cache", kvcache::page_dtype_name(cache));
     const Greedy want = run(cpu, cache, prompt, 64), got = run(gpu, cache, prompt, 64);
     expect_same_greedy(want, got, cpu.config.vocab_size, budget(cache, cpu), what, false);

@@ -253,7 +253,7 @@ void run_case(const Case& c, std::mt19937_64& rng, const Step& step = kDecodeSte
       }
     }
   }
-  if (step.prefill_kernel && tensor_cores && c.dtype != PageDType::kNVFP4) {
+  if (step.prefill_kernel && tensor_cores) {
     const cuda::PagedAttentionOptions options{Choice::kPrefill, 0};
     check("prefill kernel", &options);
   }
@@ -289,8 +289,8 @@ TEST_P(PagedAttentionKernels, MatchCpuReferenceOnTheSamePages) {
 // prefill kernel's 4-token CTAs straddle sequences and blocks; the selections in any order with
 // duplicates.
 TEST_P(PagedAttentionKernels, PrefillChunksMatchCpuReference) {
-  if (GetParam() == PageDType::kFP32 || GetParam() == PageDType::kNVFP4) {
-    GTEST_SKIP() << "the prefill kernel takes BF16 and FP8 pages";
+  if (GetParam() == PageDType::kFP32) {
+    GTEST_SKIP() << "the prefill kernel takes BF16, FP8 and NVFP4 pages";
   }
   auto rng = testing::seeded_rng(60 + static_cast<int>(GetParam()));
   const Step step{{{700, 700}, {2100, 301}, {129, 5}, {1, 1}}, false, true, true};
@@ -429,7 +429,6 @@ TEST(PagedAttentionLauncher, RefusesShapesAndArgumentsTheKernelsDoNotTake) {
   refused(params(fp32_pages, 4), {cuda::AttentionKernelChoice::kTensorCore, 1});
   refused(params(fp32_pages, 4), {cuda::AttentionKernelChoice::kPrefill, 1});
   refused(params(bf16, 4), {cuda::AttentionKernelChoice::kPrefill, 2});  // no split-K
-  refused(params(fp4_pages, 4), {cuda::AttentionKernelChoice::kPrefill, 1});
   p = params(bf16, 4);
   p.selected = ints;
   p.topk = 65;

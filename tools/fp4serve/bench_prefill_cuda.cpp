@@ -182,7 +182,7 @@ std::vector<Row> bench_prefill_attention(const std::string& device, double copy_
       {"top16 per token, 4K chunk ending at 64K", 65536, 4096, true, false},
   };
   std::vector<Row> rows;
-  for (PageDType dtype : {PageDType::kFP8, PageDType::kBF16}) {  // the prefill kernel's formats
+  for (PageDType dtype : {PageDType::kNVFP4, PageDType::kFP8, PageDType::kBF16}) {  // the prefill kernel's formats
     for (const Shape& s : shapes) {
       for (Row& r : run_shape(device, copy_gbps, std::max(3, reps / 4), dtype, s)) rows.push_back(std::move(r));
     }

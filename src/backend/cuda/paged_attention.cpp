@@ -103,7 +103,6 @@ void check_tensor_cores(const kvcache::PageLayout& layout, const char* kernel) {
 bool prefill_shaped(const PagedAttentionParams& p, PrefillKernelUse use) {
   if (use == PrefillKernelUse::kNever || (p.selected != nullptr && use == PrefillKernelUse::kDense)) return false;
   if (p.selected != nullptr && p.topk > detail::kMaxPrefillSelection) return false;
-  if (p.layout->dtype == PageDType::kNVFP4) return false;  // not yet correct on NVFP4 pages
   const int64_t ctas = (p.ctx.tokens + detail::kPrefillTokensPerCta - 1) / detail::kPrefillTokensPerCta * p.kv_heads;
   return p.ctx.tokens >= detail::kPrefillTokensPerCta * p.ctx.num_seqs && ctas >= sm_count();
 }
@@ -123,8 +122,6 @@ detail::AttentionKernel resolve(const PagedAttentionOptions& options, const Page
       return detail::AttentionKernel::kTensorCore;
     case AttentionKernelChoice::kPrefill:
       check_tensor_cores(layout, "prefill");
-      FP4_CHECK(layout.dtype != PageDType::kNVFP4, "cuda paged_attention: the prefill kernel takes BF16 "
-                "and FP8 pages; NVFP4 pages give NaN where a staged sub-tile ends past the written keys");
       FP4_CHECK(p.selected == nullptr || p.topk <= detail::kMaxPrefillSelection, "cuda paged_attention: "
                 "the prefill kernel takes selections of at most {} blocks, not {}",
                 detail::kMaxPrefillSelection, p.topk);
