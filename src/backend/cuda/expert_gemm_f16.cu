@@ -7,9 +7,9 @@
 // (0, 2, 1, 3, 4, 6, 5, 7), so that a lane's B fragments are whole 16-byte loads, and the groups
 // of a 128-value block interleaved by lane, so that those loads are coalesced.
 // It also lists the experts that have rows. expert_gemm_f16_kernel: grid (n / 64, at most
-// min(experts, rows) experts with rows), 2 warps of 32 output features, the BF16 kernel's 64 a CTA
-// (expert_gemm.cu); each warp streams its weights through a ring of shared-memory slots filled
-// by cp.async, two steps ahead, instead of one step held in registers.
+// min(experts, rows) experts with rows), 4 warps of 16 output features, as the BF16 kernel
+// (expert_gemm.cu), but each lane streams its weights through a ring of shared-memory slots
+// filled by cp.async, several steps ahead, instead of one step held in registers.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -19,28 +19,23 @@
 namespace fp4::cuda::detail {
 namespace {
 
-// A CTA: 2 warps of 32 output features each (the BF16 kernel's 64 a CTA, so the same n). A warp
-// covers two 16-feature MMA tiles with each activation fragment it loads, which halves the
-// activation traffic of 16 features a warp (measured: bench/RESULTS.md).
-constexpr int kWarps = 2;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kWarpFeatures = kExpertGemmRows / kWarps;  // 32: two MMA tiles
-constexpr int kStages = 3;  // ring slots per warp: 2 steps (8 KB of codes a warp) in flight
+constexpr int kWarps = kExpertGemmThreads / 32;
+constexpr int kStages = 4;  // ring slots per warp: 3 steps (6 KB of codes a warp) in flight
 constexpr int kTiles = 4;   // 8-token MMA tiles per pass
 constexpr int kBlocksPerStep = kExpertGemmStepK / 128;
 constexpr int kScaleThreads = 128;
-// 8 CTAs of 27 KB of shared memory fit an SM (16 warps); asking for them caps the registers at
-// 128.
-constexpr int kMinCtasPerSm = 8;
+// 5 CTAs of 36 KB of shared memory each fit an SM; asking for them caps the registers at 102
+// (157 unasked, 3 CTAs), without spills.
+constexpr int kMinCtasPerSm = 5;
 
-// One step of one warp: the codes of its 32 features, 8 16-byte chunks a feature (chunk 4b + t:
+// One step of one warp: the codes of its 16 features, 8 16-byte chunks a feature (chunk 4b + t:
 // block b, the 32 values lane tig = t reads), chunks XOR-swizzled by 4 on odd features so that
 // the two features of a quarter-warp's 16-byte reads fall in different banks; then their block
 // scales. Each copy instruction covers 4 whole 128-byte lines of global memory; a lane reads
 // what other lanes copied, hence a __syncwarp between landing and reading.
 struct Slot {
-  uint4 codes[kWarpFeatures][8];
-  uint8_t scales[kWarpFeatures][8 * kBlocksPerStep];
+  uint4 codes[16][8];
+  uint8_t scales[16][8 * kBlocksPerStep];
 };
 static_assert(kBlocksPerStep == 2, "a step is one 128-byte line of codes per feature");
 
@@ -120,22 +115,23 @@ __global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(const uint16_
 // kHalfTail: k = 128 (mod 256), so the last step has one block (kept out of the common kernel,
 // as in expert_gemm.cu).
 template <bool kHalfTail>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-    expert_gemm_f16_kernel(const ExpertGemmParams p, const uint4* x16, const float* out_scale, const int32_t* active) {
+__global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm_f16_kernel(const ExpertGemmParams p,
+                                                                              const uint4* x16,
+                                                                              const float* out_scale,
+                                                                              const int32_t* active) {
   __shared__ Slot ring[kWarps][kStages];
   const int e = active[blockIdx.y];
   if (e < 0) return;
   const int first = p.row_offsets[e], last = p.row_offsets[e + 1];
   if (first >= last) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
-  const int64_t feature0 = int64_t{blockIdx.x} * kExpertGemmRows + warp * kWarpFeatures;
-  // Lane l copies chunk l % 8 of features l / 8 + 4i, i = 0 .. 7, and the scales of pieces l and
-  // l + 32 (piece q: feature q / 2, block q % 2 of the step, 8 bytes).
+  const int64_t feature0 = int64_t{blockIdx.x} * kExpertGemmRows + warp * 16;
+  // Lane l copies chunk l % 8 of features l / 8 + 4i, i = 0 .. 3.
   const int copy_feature = lane / 8, copy_chunk = lane % 8;
   const uint8_t* const codes = p.values + (int64_t{e} * p.n + feature0 + copy_feature) * (p.k / 2) + 16 * copy_chunk;
   const int64_t four_features = 4 * (p.k / 2);
-  const uint8_t* const scale_src = p.scales + (int64_t{e} * p.n + feature0 + lane / 2) * (p.k / 16) + 8 * (lane % 2);
-  const int64_t sixteen_features = 16 * (p.k / 16);
+  // Lane l copies the scales of feature l / 2 for block (l % 2) of each step: 8 bytes.
+  const uint8_t* scale_src = p.scales + (int64_t{e} * p.n + feature0 + lane / 2) * (p.k / 16) + 8 * (lane % 2);
   Slot* const slots = ring[warp];
   const float g = p.global_scales[e];
   const int blocks = static_cast<int>(p.k / 128);
@@ -149,18 +145,14 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       Slot& s = slots[step % kStages];
       if (!kHalfTail || step * kBlocksPerStep + copy_chunk / 4 < blocks) {
 #pragma unroll
-        for (int i = 0; i < kWarpFeatures / 4; ++i) {
+        for (int i = 0; i < 4; ++i) {
           const int feature = copy_feature + 4 * i;
           tc::cp_async16(&s.codes[feature][swizzled_chunk(feature, copy_chunk)],
                          codes + i * four_features + 128 * int64_t{step}, true);
         }
       }
       if (!kHalfTail || step * kBlocksPerStep + lane % 2 < blocks) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          tc::cp_async8(&s.scales[lane / 2 + 16 * i][8 * (lane % 2)],
-                        scale_src + i * sixteen_features + 8 * kBlocksPerStep * step);
-        }
+        tc::cp_async8(&s.scales[lane / 2][8 * (lane % 2)], scale_src + 8 * kBlocksPerStep * step);
       }
     }
     tc::cp_async_commit();
@@ -170,12 +162,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     const int tokens = min(8 * kTiles, last - pass);
     // The previous pass's slots are read by every lane before any lane refills them.
     __syncwarp();
-    float acc[2][kTiles][4] = {};  // [feature tile][token tile]
+    float acc[kTiles][4] = {};
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) issue(s);
     for (int step = 0; step < steps; ++step) {
       tc::cp_async_wait<kStages - 2>();
-      __syncwarp();  // every lane's copies of this step have landed; the slot refilled next is free
+      __syncwarp();  // every lane's scales of this step have landed; the slot refilled next is free
       issue(step + kStages - 1);
       const Slot& s = slots[step % kStages];
 #pragma unroll
@@ -183,80 +175,70 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         if (kHalfTail && step * kBlocksPerStep + b >= blocks) break;  // uniform across the CTA
         // This lane's v-th 16 bytes of the block are uint4 4v + tig of it (see scale_rows_kernel).
         const int64_t k0 = (int64_t{step} * kExpertGemmStepK + 128 * b) / 8 + tig;
-        // This lane's token of a tile: its 32 activations of the block (zeros past the last
-        // token). The first tile's serve both feature tiles and are loaded before the expansion,
-        // which hides their latency; later tiles (more than 8 tokens an expert) are loaded for
-        // each feature tile, the second time from L1.
-        auto load_x = [&](int t, uint4 xv[4]) {
-          const int token = 8 * t + grp;
+        // The first tile's activations are loaded before the expansion, which hides their latency.
+        uint4 xv[4] = {};
+        if (grp < tokens) {
+          const uint4* src = x16 + (int64_t{pass} + grp) * chunks + k0;
 #pragma unroll
-          for (int v = 0; v < 4; ++v) xv[v] = make_uint4(0, 0, 0, 0);
-          if (token < tokens) {
-            const uint4* src = x16 + (int64_t{pass} + token) * chunks + k0;
+          for (int v = 0; v < 4; ++v) xv[v] = __ldg(src + 4 * v);
+        }
+        uint32_t a[8][4];
 #pragma unroll
-            for (int v = 0; v < 4; ++v) xv[v] = __ldg(src + 4 * v);
+        for (int f = 0; f < 2; ++f) {
+          const int feature = grp + 8 * f;
+          const uint4 c = s.codes[feature][swizzled_chunk(feature, 4 * b + tig)];
+          const uint32_t two = *reinterpret_cast<const uint16_t*>(&s.scales[feature][8 * b + 2 * tig]);
+          const uint32_t sf = tc::e4m3x2_to_f16x2(two);  // the scales of values 0-15 and 16-31
+          const uint32_t sf_lo = tc::prmt(sf, 0, 0x1010), sf_hi = tc::prmt(sf, 0, 0x3232);
+          const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {  // word i: stored values 8i .. 8i + 7 of the lane's 32
+            uint32_t pairs[4];            // (v0, v2), (v4, v6), (v1, v3), (v5, v7), times 2^-14
+            tc::e2m1x8_to_f16x2_permuted(w[i], pairs);
+            const uint32_t scale = i < 2 ? sf_lo : sf_hi;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) pairs[q] = tc::mul_f16x2(pairs[q], scale);  // exact
+            // k-step 2i: slots (2tig, 2tig + 1) hold values 0, 2 and (2tig + 8, + 9) 1, 3;
+            // k-step 2i + 1 the same with 4 .. 7. x16 is stored in that order.
+            a[2 * i][f] = pairs[0];
+            a[2 * i][2 + f] = pairs[2];
+            a[2 * i + 1][f] = pairs[1];
+            a[2 * i + 1][2 + f] = pairs[3];
           }
-        };
-        uint4 x_first[4];
-        load_x(0, x_first);
+        }
 #pragma unroll
-        for (int ft = 0; ft < 2; ++ft) {
-          // The A fragments of features 16 ft + grp (f = 0) and + 8 (f = 1).
-          uint32_t a[8][4];
+        for (int t = 0; t < kTiles; ++t) {
+          if (8 * t >= tokens) break;  // uniform across the CTA
+          if (t > 0) {
+            const int token = 8 * t + grp;
 #pragma unroll
-          for (int f = 0; f < 2; ++f) {
-            const int feature = 16 * ft + grp + 8 * f;
-            const uint4 c = s.codes[feature][swizzled_chunk(feature, 4 * b + tig)];
-            const uint32_t two = *reinterpret_cast<const uint16_t*>(&s.scales[feature][8 * b + 2 * tig]);
-            const uint32_t sf = tc::e4m3x2_to_f16x2(two);  // the scales of values 0-15 and 16-31
-            const uint32_t sf_lo = tc::prmt(sf, 0, 0x1010), sf_hi = tc::prmt(sf, 0, 0x3232);
-            const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+            for (int v = 0; v < 4; ++v) xv[v] = make_uint4(0, 0, 0, 0);
+            if (token < tokens) {
+              const uint4* src = x16 + (int64_t{pass} + token) * chunks + k0;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {  // word i: stored values 8i .. 8i + 7 of the lane's 32
-              uint32_t pairs[4];            // (v0, v2), (v4, v6), (v1, v3), (v5, v7), times 2^-14
-              tc::e2m1x8_to_f16x2_permuted(w[i], pairs);
-              const uint32_t scale = i < 2 ? sf_lo : sf_hi;
-#pragma unroll
-              for (int q = 0; q < 4; ++q) pairs[q] = tc::mul_f16x2(pairs[q], scale);  // exact
-              // k-step 2i: slots (2tig, 2tig + 1) hold values 0, 2 and (2tig + 8, + 9) 1, 3;
-              // k-step 2i + 1 the same with 4 .. 7. x16 is stored in that order.
-              a[2 * i][f] = pairs[0];
-              a[2 * i][2 + f] = pairs[2];
-              a[2 * i + 1][f] = pairs[1];
-              a[2 * i + 1][2 + f] = pairs[3];
+              for (int v = 0; v < 4; ++v) xv[v] = __ldg(src + 4 * v);
             }
           }
 #pragma unroll
-          for (int t = 0; t < kTiles; ++t) {
-            if (8 * t >= tokens) break;  // uniform across the CTA
-            uint4 later[4];
-            if (t > 0) load_x(t, later);
-            const uint4* xv = t == 0 ? x_first : later;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              tc::mma_m16n8k16_f16(acc[ft][t], a[2 * i], xv[i].x, xv[i].y);
-              tc::mma_m16n8k16_f16(acc[ft][t], a[2 * i + 1], xv[i].z, xv[i].w);
-            }
+          for (int i = 0; i < 4; ++i) {
+            tc::mma_m16n8k16_f16(acc[t], a[2 * i], xv[i].x, xv[i].y);
+            tc::mma_m16n8k16_f16(acc[t], a[2 * i + 1], xv[i].z, xv[i].w);
           }
         }
       }
     }
     tc::cp_async_wait<0>();
-    // acc[ft][t]: features 16 ft + grp (0, 1) and + 8 (2, 3), tokens 8t + 2tig (0, 2) and + 1
-    // (1, 3); the sums are of (w 2^-14)(x 2^s), so they are scaled back by 2^(14 - s) of their
-    // token, after g: that product rounds once, as the BF16 kernel's does, and the power of two
-    // is exact.
+    // acc[t]: features grp (0, 1) and grp + 8 (2, 3), tokens 8t + 2tig (0, 2) and + 1 (1, 3);
+    // the sums are of (w 2^-14)(x 2^s), so they are scaled back by 2^(14 - s) of their token,
+    // after g: that product rounds once, as the BF16 kernel's does, and the power of two is exact.
 #pragma unroll
-    for (int ft = 0; ft < 2; ++ft) {
+    for (int t = 0; t < kTiles; ++t) {
 #pragma unroll
-      for (int t = 0; t < kTiles; ++t) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int token = 8 * t + 2 * tig + c % 2;
-          if (token < tokens) {
-            const int64_t row = int64_t{pass} + token;
-            p.y[row * p.n + feature0 + 16 * ft + grp + 8 * (c / 2)] = acc[ft][t][c] * g * out_scale[row];
-          }
+      for (int c = 0; c < 4; ++c) {
+        const int token = 8 * t + 2 * tig + c % 2;
+        if (token < tokens) {
+          const int64_t row = int64_t{pass} + token;
+          p.y[row * p.n + feature0 + grp + 8 * (c / 2)] = acc[t][c] * g * out_scale[row];
         }
       }
     }
@@ -277,9 +259,9 @@ cudaError_t launch_expert_gemm_f16(const ExpertGemmParams& p, void* workspace, c
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
   const dim3 grid(static_cast<unsigned>(p.n / kExpertGemmRows), static_cast<unsigned>(slots));
   if (p.k % kExpertGemmStepK == 0) {
-    expert_gemm_f16_kernel<false><<<grid, kThreads, 0, stream>>>(p, x16, out_scale, active);
+    expert_gemm_f16_kernel<false><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale, active);
   } else {
-    expert_gemm_f16_kernel<true><<<grid, kThreads, 0, stream>>>(p, x16, out_scale, active);
+    expert_gemm_f16_kernel<true><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale, active);
   }
   return cudaGetLastError();
 }
