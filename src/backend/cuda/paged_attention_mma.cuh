@@ -150,6 +150,10 @@ __device__ __forceinline__ void land_plane(const uint8_t* plane, uint16_t* tile,
   }
 }
 
+// Full sub-tiles skip the masking. Do not call this with a count clamped as max(0, min(kSub, x)):
+// ptxas (CUDA 13.0, sm_90a) folds the test below on such a count into a predicate that sends
+// partial sub-tiles down the unmasked path (docs/kernels/attention_prefill.md); the prefill
+// kernel calls the masking variant directly for that reason.
 template <KvFormat F, int D>
 __device__ __forceinline__ void land_plane(const uint8_t* plane, uint16_t* tile, int valid, int lane) {
   if (valid == kSub) land_plane<F, D, false>(plane, tile, valid, lane);  // warp-uniform
