@@ -87,13 +87,20 @@ void run_case(const std::vector<int32_t>& rows_per_expert, int64_t n, int64_t k,
   const auto d_x = cuda::DeviceBuffer::copy_of(x), d_off = cuda::DeviceBuffer::copy_of(offsets),
              d_values = cuda::DeviceBuffer::copy_of(w.values), d_scales = cuda::DeviceBuffer::copy_of(w.scales),
              d_global = cuda::DeviceBuffer::copy_of(w.global);
-  for (const cuda::ExpertGemmKernel kernel : {cuda::ExpertGemmKernel::kF16, cuda::ExpertGemmKernel::kBf16}) {
-    const bool f16 = kernel == cuda::ExpertGemmKernel::kF16;
+  using V = cuda::ExpertGemmF16Variant;
+  const cuda::ExpertGemmOptions kernels[] = {{cuda::ExpertGemmKernel::kF16, V::kWarpRing},
+                                             {cuda::ExpertGemmKernel::kF16, V::kLockstep},
+                                             {cuda::ExpertGemmKernel::kF16, V::kSharedX},
+                                             {cuda::ExpertGemmKernel::kBf16, V::kWarpRing}};
+  for (const cuda::ExpertGemmOptions& options : kernels) {
+    const bool f16 = options.kernel == cuda::ExpertGemmKernel::kF16;
     // Rows near 2^-120 make the BF16 kernel's products subnormal floats, outside what its bound
     // covers; the FP16 kernel scales them up first.
     if (extreme && !f16) continue;
     SCOPED_TRACE(::testing::Message() << experts << " experts of [" << n << ", " << k << "]" << (exact ? ", exact" : "")
-                                      << (extreme ? ", extreme rows" : "") << (f16 ? ", FP16 kernel" : ", BF16 kernel"));
+                                      << (extreme ? ", extreme rows" : "")
+                                      << (f16 ? ", FP16 kernel, variant " : ", BF16 kernel")
+                                      << (f16 ? static_cast<int>(options.f16_variant) : 0));
     cuda::DeviceBuffer d_y(std::max<int64_t>(rows * n, 1) * 4);
     d_y.fill(0xFF);  // NaN: a row or feature left unwritten fails
     ExpertGemmParams d = c;
@@ -103,7 +110,7 @@ void run_case(const std::vector<int32_t>& rows_per_expert, int64_t n, int64_t k,
     d.scales = d_scales.as<uint8_t>();
     d.global_scales = d_global.as<float>();
     d.y = d_y.as<float>();
-    cuda::expert_gemm(d, nullptr, {.kernel = kernel});
+    cuda::expert_gemm(d, nullptr, options);
     FP4_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<float> got(rows * n);
     d_y.download(got.data(), got.size() * 4);

@@ -32,10 +32,14 @@ struct Matmul {
 };
 
 struct Variant {
-  cuda::ExpertGemmKernel kernel;
+  cuda::ExpertGemmOptions options;
   const char* suffix;  // of the row's name
 };
-constexpr Variant kVariants[] = {{cuda::ExpertGemmKernel::kF16, ""}, {cuda::ExpertGemmKernel::kBf16, " (bf16 mma)"}};
+constexpr Variant kVariants[] = {
+    {{cuda::ExpertGemmKernel::kF16, cuda::ExpertGemmF16Variant::kWarpRing}, ""},
+    {{cuda::ExpertGemmKernel::kF16, cuda::ExpertGemmF16Variant::kLockstep}, " (f16 lockstep)"},
+    {{cuda::ExpertGemmKernel::kF16, cuda::ExpertGemmF16Variant::kSharedX}, " (f16 shared x)"},
+    {{cuda::ExpertGemmKernel::kBf16, cuda::ExpertGemmF16Variant::kWarpRing}, " (bf16 mma)"}};
 
 // Fills `count` experts of `bytes_per_expert` on the device with copies of the first kDistinct.
 void replicate(cuda::DeviceBuffer& d, int64_t bytes_per_expert) {
@@ -134,7 +138,7 @@ std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, 
                            double(n_rows) * m.n * 4;
       for (const Variant& v : kVariants) {
         d_y.fill(0xFF);
-        cuda::expert_gemm(d, nullptr, {.kernel = v.kernel});
+        cuda::expert_gemm(d, nullptr, v.options);
         FP4_CUDA_CHECK(cudaDeviceSynchronize());
         d_y.download(got.data(), got.size() * 4);
         int64_t bad = -1;
@@ -145,7 +149,7 @@ std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, 
           fail_internal("expert_gemm ({}{}) disagrees with the CPU reference at row {}, feature {}: {} vs {}", m.name,
                         v.suffix, bad / m.n, bad % m.n, got[bad], want[bad]);
         }
-        const double ms = cuda::median_ms([&](cudaStream_t s) { cuda::expert_gemm(d, s, {.kernel = v.kernel}); }, 3, reps);
+        const double ms = cuda::median_ms([&](cudaStream_t s) { cuda::expert_gemm(d, s, v.options); }, 3, reps);
         rows.push_back({device, fmt::format("nvfp4 experts {}{}", m.name, v.suffix),
                         fmt::format("b6 top{} of {}, {} active, [{}, {}]", kTopK, kDistinct, active, m.n, m.k),
                         bytes, ms, copy_gbps, true});
@@ -173,7 +177,7 @@ std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, 
           fmt::format("b{} top{} of {}, {} active, [{}, {}]", batch, kTopK, kExperts, active, m.n, m.k);
       for (const Variant& v : kVariants) {
         const double ms =
-            cuda::median_ms([&](cudaStream_t s) { cuda::expert_gemm(d, s, {.kernel = v.kernel}); }, 3, reps);
+            cuda::median_ms([&](cudaStream_t s) { cuda::expert_gemm(d, s, v.options); }, 3, reps);
         rows.push_back({device, fmt::format("nvfp4 experts {}{}", m.name, v.suffix), shape, bytes, ms, copy_gbps,
                         false});
       }

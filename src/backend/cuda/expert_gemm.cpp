@@ -42,7 +42,7 @@ void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGem
   // memory from one layer to the next.
   void* workspace = nullptr;
   FP4_CUDA_CHECK(cudaMallocAsync(&workspace, expert_gemm_f16_scratch_bytes(p), stream));
-  const cudaError_t status = detail::launch_expert_gemm_f16(p, workspace, stream);
+  const cudaError_t status = detail::launch_expert_gemm_f16(p, workspace, stream, options.f16_variant);
   (void)cudaFreeAsync(workspace, stream);
   FP4_CUDA_CHECK(status);
 }

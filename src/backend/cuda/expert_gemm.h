@@ -19,8 +19,17 @@ namespace fp4::cuda {
 // expert_gemm.md gives the numerics of each.
 enum class ExpertGemmKernel { kAuto, kBf16, kF16 };
 
+// How the FP16 kernel's warps get their activations. kWarpRing: each warp loads them through
+// L1 on its own schedule (its weights ring runs ahead independently). kLockstep: the same, with
+// the CTA's warps held to one step by a barrier, so that what one warp loads the others find in
+// L1. kSharedX: the first 8 tokens' activations of each step are copied once per CTA into a
+// shared ring beside the weights (one slot less of weights). Measured side by side in
+// `fp4serve bench --only experts`.
+enum class ExpertGemmF16Variant { kWarpRing, kLockstep, kSharedX };
+
 struct ExpertGemmOptions {
   ExpertGemmKernel kernel = ExpertGemmKernel::kAuto;
+  ExpertGemmF16Variant f16_variant = ExpertGemmF16Variant::kWarpRing;
 };
 
 // The FP16 kernel's scratch for these shapes: rows x k FP16 values, a float per row and the
@@ -48,7 +57,8 @@ constexpr int kExpertGemmStepK = 256;    // k values per main-loop step
 
 cudaError_t launch_expert_gemm(const ExpertGemmParams& p, cudaStream_t stream);
 // `workspace`: expert_gemm_f16_scratch_bytes(p) bytes, 16-byte aligned.
-cudaError_t launch_expert_gemm_f16(const ExpertGemmParams& p, void* workspace, cudaStream_t stream);
+cudaError_t launch_expert_gemm_f16(const ExpertGemmParams& p, void* workspace, cudaStream_t stream,
+                                   ExpertGemmF16Variant variant);
 
 }  // namespace detail
 }  // namespace fp4::cuda

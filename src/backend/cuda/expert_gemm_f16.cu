@@ -112,14 +112,36 @@ __global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(const uint16_
   }
 }
 
+// The first 8 tokens' activations of a step, for kSharedX: token t's 32 uint4 (its 2 blocks, each
+// in x16's lane-interleaved order), XOR-swizzled by 4 on odd tokens so that a quarter-warp's
+// two tokens fall in different banks.
+struct XSlot {
+  uint4 x[8][2 * 16];
+};
+
+__device__ __forceinline__ int swizzled_x(int token, int index) { return index ^ ((token & 1) << 2); }
+
+// Ring depth per variant: kSharedX gives up a slot for its activation ring, to stay at 5 CTAs
+// an SM within 48 KB of static shared memory.
+__host__ __device__ constexpr int stages_of(ExpertGemmF16Variant v) { return v == ExpertGemmF16Variant::kSharedX ? 3 : kStages; }
+__host__ __device__ constexpr int smem_bytes_of(ExpertGemmF16Variant v) {
+  return kWarps * stages_of(v) * int{sizeof(Slot)} +
+         (v == ExpertGemmF16Variant::kSharedX ? stages_of(v) * int{sizeof(XSlot)} : 0);
+}
+
 // kHalfTail: k = 128 (mod 256), so the last step has one block (kept out of the common kernel,
-// as in expert_gemm.cu).
-template <bool kHalfTail>
+// as in expert_gemm.cu). kVariant: how the warps of a CTA get their activations (expert_gemm.h).
+template <bool kHalfTail, ExpertGemmF16Variant kVariant>
 __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm_f16_kernel(const ExpertGemmParams p,
                                                                               const uint4* x16,
                                                                               const float* out_scale,
                                                                               const int32_t* active) {
-  __shared__ Slot ring[kWarps][kStages];
+  constexpr int S = stages_of(kVariant);
+  constexpr bool kShared = kVariant == ExpertGemmF16Variant::kSharedX;
+  constexpr bool kCtaSync = kVariant != ExpertGemmF16Variant::kWarpRing;
+  __shared__ __align__(16) uint8_t smem[smem_bytes_of(kVariant)];
+  Slot (*const ring)[S] = reinterpret_cast<Slot (*)[S]>(smem);
+  XSlot* const xring = reinterpret_cast<XSlot*>(smem + kWarps * S * sizeof(Slot));
   const int e = active[blockIdx.y];
   if (e < 0) return;
   const int first = p.row_offsets[e], last = p.row_offsets[e + 1];
@@ -138,11 +160,22 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
   const int steps = (blocks + kBlocksPerStep - 1) / kBlocksPerStep;
   const int64_t chunks = p.k / 8;  // uint4s of an x16 row
 
-  // Always one commit group per call, empty past the last step, so that "wait until kStages - 2
-  // are pending" always means "this step has landed".
-  auto issue = [&](int step) {
+  // Always one commit group per call, empty past the last step, so that "wait until S - 2 are
+  // pending" always means "this step has landed".
+  auto issue = [&](int step, int pass, int tokens) {
     if (step < steps) {
-      Slot& s = slots[step % kStages];
+      if constexpr (kShared) {
+        // Thread i copies uint4 i and i + 128 of the 8 tokens x 32 (zeros past the last token).
+        XSlot& xs = xring[step % S];
+#pragma unroll
+        for (int j = threadIdx.x; j < 8 * 32; j += kExpertGemmThreads) {
+          const int token = j / 32, index = j % 32;
+          const bool real = token < tokens && (!kHalfTail || step * kBlocksPerStep + index / 16 < blocks);
+          const uint4* src = x16 + (int64_t{pass} + (real ? token : 0)) * chunks + step * 32 + (real ? index : 0);
+          tc::cp_async16(&xs.x[token][swizzled_x(token, index)], src, real);
+        }
+      }
+      Slot& s = slots[step % S];
       if (!kHalfTail || step * kBlocksPerStep + copy_chunk / 4 < blocks) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -160,16 +193,21 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
 
   for (int pass = first; pass < last; pass += 8 * kTiles) {
     const int tokens = min(8 * kTiles, last - pass);
-    // The previous pass's slots are read by every lane before any lane refills them.
-    __syncwarp();
+    // The previous pass's slots are read by every lane (every thread, with kCtaSync) before any
+    // refills them.
+    if constexpr (kCtaSync) __syncthreads(); else __syncwarp();
     float acc[kTiles][4] = {};
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) issue(s);
+    for (int s = 0; s < S - 1; ++s) issue(s, pass, tokens);
     for (int step = 0; step < steps; ++step) {
-      tc::cp_async_wait<kStages - 2>();
-      __syncwarp();  // every lane's scales of this step have landed; the slot refilled next is free
-      issue(step + kStages - 1);
-      const Slot& s = slots[step % kStages];
+      tc::cp_async_wait<S - 2>();
+      // Every lane's copies of this step have landed, and the slot refilled next is free. With
+      // kCtaSync the whole CTA waits: kSharedX's activations are copied by all warps, and
+      // kLockstep keeps the 4 warps on one step, so that the activations one warp loads are in
+      // L1 for the other three.
+      if constexpr (kCtaSync) __syncthreads(); else __syncwarp();
+      issue(step + S - 1, pass, tokens);
+      const Slot& s = slots[step % S];
 #pragma unroll
       for (int b = 0; b < kBlocksPerStep; ++b) {
         if (kHalfTail && step * kBlocksPerStep + b >= blocks) break;  // uniform across the CTA
@@ -177,7 +215,11 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
         const int64_t k0 = (int64_t{step} * kExpertGemmStepK + 128 * b) / 8 + tig;
         // The first tile's activations are loaded before the expansion, which hides their latency.
         uint4 xv[4] = {};
-        if (grp < tokens) {
+        if constexpr (kShared) {
+          const XSlot& xs = xring[step % S];
+#pragma unroll
+          for (int v = 0; v < 4; ++v) xv[v] = xs.x[grp][swizzled_x(grp, 16 * b + 4 * v + tig)];
+        } else if (grp < tokens) {
           const uint4* src = x16 + (int64_t{pass} + grp) * chunks + k0;
 #pragma unroll
           for (int v = 0; v < 4; ++v) xv[v] = __ldg(src + 4 * v);
@@ -245,9 +287,20 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
   }
 }
 
+template <ExpertGemmF16Variant kVariant>
+void launch_main(const ExpertGemmParams& p, dim3 grid, const uint4* x16, const float* out_scale, const int32_t* active,
+                 cudaStream_t stream) {
+  if (p.k % kExpertGemmStepK == 0) {
+    expert_gemm_f16_kernel<false, kVariant><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale, active);
+  } else {
+    expert_gemm_f16_kernel<true, kVariant><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale, active);
+  }
+}
+
 }  // namespace
 
-cudaError_t launch_expert_gemm_f16(const ExpertGemmParams& p, void* workspace, cudaStream_t stream) {
+cudaError_t launch_expert_gemm_f16(const ExpertGemmParams& p, void* workspace, cudaStream_t stream,
+                                   ExpertGemmF16Variant variant) {
   uint4* x16 = static_cast<uint4*>(workspace);
   float* out_scale = reinterpret_cast<float*>(x16 + p.rows * (p.k / 8));
   int32_t* active = reinterpret_cast<int32_t*>(out_scale + p.rows);
@@ -258,10 +311,10 @@ cudaError_t launch_expert_gemm_f16(const ExpertGemmParams& p, void* workspace, c
                                                                                  active);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
   const dim3 grid(static_cast<unsigned>(p.n / kExpertGemmRows), static_cast<unsigned>(slots));
-  if (p.k % kExpertGemmStepK == 0) {
-    expert_gemm_f16_kernel<false><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale, active);
-  } else {
-    expert_gemm_f16_kernel<true><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale, active);
+  switch (variant) {
+    case ExpertGemmF16Variant::kWarpRing: launch_main<ExpertGemmF16Variant::kWarpRing>(p, grid, x16, out_scale, active, stream); break;
+    case ExpertGemmF16Variant::kLockstep: launch_main<ExpertGemmF16Variant::kLockstep>(p, grid, x16, out_scale, active, stream); break;
+    case ExpertGemmF16Variant::kSharedX: launch_main<ExpertGemmF16Variant::kSharedX>(p, grid, x16, out_scale, active, stream); break;
   }
   return cudaGetLastError();
 }
