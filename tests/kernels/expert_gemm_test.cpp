@@ -89,7 +89,6 @@ void run_case(const std::vector<int32_t>& rows_per_expert, int64_t n, int64_t k,
              d_global = cuda::DeviceBuffer::copy_of(w.global);
   using V = cuda::ExpertGemmF16Variant;
   const cuda::ExpertGemmOptions kernels[] = {{cuda::ExpertGemmKernel::kF16, V::kWarpRing},
-                                             {cuda::ExpertGemmKernel::kF16, V::kLockstep},
                                              {cuda::ExpertGemmKernel::kF16, V::kSharedX},
                                              {cuda::ExpertGemmKernel::kBf16, V::kWarpRing}};
   for (const cuda::ExpertGemmOptions& options : kernels) {
@@ -174,7 +173,8 @@ TEST_F(ExpertGemmKernel, MatchesCpuOnRandomWeights) {
   run_case({6, 11, 0, 35}, 128, 512, false, rng, true);
 }
 
-TEST_F(ExpertGemmKernel, AutoTakesTheFp16KernelUnlessItsScratchIsTooLarge) {
+// The choice is host logic: it runs without a GPU too.
+TEST(ExpertGemmChoice, AutoTakesTheFp16KernelUnlessItsScratchIsTooLarge) {
   ExpertGemmParams p{.scales = reinterpret_cast<const uint8_t*>(uintptr_t{256}), .rows = 1024, .experts = 128,
                      .n = 6144, .k = 6144};
   EXPECT_EQ(cuda::expert_gemm_kernel_for(p), cuda::ExpertGemmKernel::kF16);
@@ -184,6 +184,17 @@ TEST_F(ExpertGemmKernel, AutoTakesTheFp16KernelUnlessItsScratchIsTooLarge) {
   p.scales += 2;  // the FP16 kernel copies scales 8 bytes at a time
   EXPECT_EQ(cuda::expert_gemm_kernel_for(p), cuda::ExpertGemmKernel::kBf16);
   EXPECT_EQ(cuda::expert_gemm_kernel_for(p, {.kernel = cuda::ExpertGemmKernel::kF16}), cuda::ExpertGemmKernel::kF16);
+}
+
+TEST(ExpertGemmChoice, SharedActivationsFromFourRowsAnExpert) {
+  using V = cuda::ExpertGemmF16Variant;
+  ExpertGemmParams p{.rows = 4 * 64, .experts = 128, .n = 6144, .k = 6144};  // a decode batch of 64, top-4
+  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p), V::kWarpRing);
+  p.rows = 4 * 128;  // 128 tokens: 4 rows an expert
+  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p), V::kSharedX);
+  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p, {.f16_variant = V::kWarpRing}), V::kWarpRing);
+  p.rows = 1;
+  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p, {.f16_variant = V::kSharedX}), V::kSharedX);
 }
 
 TEST_F(ExpertGemmKernel, ExactOnSmallIntegers) {

@@ -20,6 +20,11 @@ ExpertGemmKernel expert_gemm_kernel_for(const ExpertGemmParams& p, const ExpertG
                                                                                         : ExpertGemmKernel::kBf16;
 }
 
+ExpertGemmF16Variant expert_gemm_f16_variant_for(const ExpertGemmParams& p, const ExpertGemmOptions& options) {
+  if (options.f16_variant != ExpertGemmF16Variant::kAuto) return options.f16_variant;
+  return p.rows >= 4 * p.experts ? ExpertGemmF16Variant::kSharedX : ExpertGemmF16Variant::kWarpRing;
+}
+
 void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGemmOptions& options) {
   FP4_CHECK(p.experts > 0 && p.experts < 65536, "expert_gemm: {} experts (1 to 65535)", p.experts);
   FP4_CHECK(p.n > 0 && p.n % detail::kExpertGemmRows == 0, "expert_gemm: n = {} is not a positive multiple of {}",
@@ -42,7 +47,7 @@ void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGem
   // memory from one layer to the next.
   void* workspace = nullptr;
   FP4_CUDA_CHECK(cudaMallocAsync(&workspace, expert_gemm_f16_scratch_bytes(p), stream));
-  const cudaError_t status = detail::launch_expert_gemm_f16(p, workspace, stream, options.f16_variant);
+  const cudaError_t status = detail::launch_expert_gemm_f16(p, workspace, stream, expert_gemm_f16_variant_for(p, options));
   (void)cudaFreeAsync(workspace, stream);
   FP4_CUDA_CHECK(status);
 }

@@ -20,16 +20,18 @@ namespace fp4::cuda {
 enum class ExpertGemmKernel { kAuto, kBf16, kF16 };
 
 // How the FP16 kernel's warps get their activations. kWarpRing: each warp loads them through
-// L1 on its own schedule (its weights ring runs ahead independently). kLockstep: the same, with
-// the CTA's warps held to one step by a barrier, so that what one warp loads the others find in
-// L1. kSharedX: the first 8 tokens' activations of each step are copied once per CTA into a
-// shared ring beside the weights (one slot less of weights). Measured side by side in
-// `fp4serve bench --only experts`.
-enum class ExpertGemmF16Variant { kWarpRing, kLockstep, kSharedX };
+// L1 on its own schedule, its weights ring three steps ahead. kSharedX: the first 8 tokens'
+// activations of each step are copied once per CTA into a shared ring beside the weights (two
+// steps ahead, the CTA in step): a quarter of the activation traffic, for one step less in
+// flight. kAuto: kSharedX when there are at least 4 rows per expert (8 tokens of a decode batch
+// routed to 128 experts, top-4, about 8 an expert with rows), where it measured 5-6 points of
+// the copy bandwidth faster, else kWarpRing, 2 points faster at 1-2 rows an expert
+// (bench/RESULTS.md).
+enum class ExpertGemmF16Variant { kAuto, kWarpRing, kSharedX };
 
 struct ExpertGemmOptions {
   ExpertGemmKernel kernel = ExpertGemmKernel::kAuto;
-  ExpertGemmF16Variant f16_variant = ExpertGemmF16Variant::kWarpRing;
+  ExpertGemmF16Variant f16_variant = ExpertGemmF16Variant::kAuto;
 };
 
 // The FP16 kernel's scratch for these shapes: rows x k FP16 values, a float per row and the
@@ -38,8 +40,9 @@ size_t expert_gemm_f16_scratch_bytes(const ExpertGemmParams& p);
 int64_t expert_gemm_f16_expert_slots(const ExpertGemmParams& p);
 constexpr size_t kExpertGemmF16MaxScratch = size_t{64} << 20;
 
-// The kernel kAuto runs for these shapes.
+// The kernel and the FP16 kernel's variant that kAuto runs for these shapes.
 ExpertGemmKernel expert_gemm_kernel_for(const ExpertGemmParams& p, const ExpertGemmOptions& options = {});
+ExpertGemmF16Variant expert_gemm_f16_variant_for(const ExpertGemmParams& p, const ExpertGemmOptions& options = {});
 
 // Pointers in `p` are device pointers. Asynchronous on `stream`. Requirements, each checked
 // with an fp4::Error naming it: n a multiple of 64, k a multiple of 128, x and the codes

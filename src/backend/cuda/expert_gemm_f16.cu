@@ -138,7 +138,6 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
                                                                               const int32_t* active) {
   constexpr int S = stages_of(kVariant);
   constexpr bool kShared = kVariant == ExpertGemmF16Variant::kSharedX;
-  constexpr bool kCtaSync = kVariant != ExpertGemmF16Variant::kWarpRing;
   __shared__ __align__(16) uint8_t smem[smem_bytes_of(kVariant)];
   Slot (*const ring)[S] = reinterpret_cast<Slot (*)[S]>(smem);
   XSlot* const xring = reinterpret_cast<XSlot*>(smem + kWarps * S * sizeof(Slot));
@@ -193,19 +192,17 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
 
   for (int pass = first; pass < last; pass += 8 * kTiles) {
     const int tokens = min(8 * kTiles, last - pass);
-    // The previous pass's slots are read by every lane (every thread, with kCtaSync) before any
+    // The previous pass's slots are read by every lane (every thread, with kSharedX) before any
     // refills them.
-    if constexpr (kCtaSync) __syncthreads(); else __syncwarp();
+    if constexpr (kShared) __syncthreads(); else __syncwarp();
     float acc[kTiles][4] = {};
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) issue(s, pass, tokens);
     for (int step = 0; step < steps; ++step) {
       tc::cp_async_wait<S - 2>();
-      // Every lane's copies of this step have landed, and the slot refilled next is free. With
-      // kCtaSync the whole CTA waits: kSharedX's activations are copied by all warps, and
-      // kLockstep keeps the 4 warps on one step, so that the activations one warp loads are in
-      // L1 for the other three.
-      if constexpr (kCtaSync) __syncthreads(); else __syncwarp();
+      // Every lane's copies of this step have landed, and the slot refilled next is free; with
+      // kSharedX for the whole CTA, whose warps all copy the activations.
+      if constexpr (kShared) __syncthreads(); else __syncwarp();
       issue(step + S - 1, pass, tokens);
       const Slot& s = slots[step % S];
 #pragma unroll
@@ -311,10 +308,10 @@ cudaError_t launch_expert_gemm_f16(const ExpertGemmParams& p, void* workspace, c
                                                                                  active);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
   const dim3 grid(static_cast<unsigned>(p.n / kExpertGemmRows), static_cast<unsigned>(slots));
-  switch (variant) {
-    case ExpertGemmF16Variant::kWarpRing: launch_main<ExpertGemmF16Variant::kWarpRing>(p, grid, x16, out_scale, active, stream); break;
-    case ExpertGemmF16Variant::kLockstep: launch_main<ExpertGemmF16Variant::kLockstep>(p, grid, x16, out_scale, active, stream); break;
-    case ExpertGemmF16Variant::kSharedX: launch_main<ExpertGemmF16Variant::kSharedX>(p, grid, x16, out_scale, active, stream); break;
+  if (variant == ExpertGemmF16Variant::kSharedX) {
+    launch_main<ExpertGemmF16Variant::kSharedX>(p, grid, x16, out_scale, active, stream);
+  } else {
+    launch_main<ExpertGemmF16Variant::kWarpRing>(p, grid, x16, out_scale, active, stream);
   }
   return cudaGetLastError();
 }
