@@ -75,7 +75,9 @@ __device__ __forceinline__ void block_fragments(const Raw& r, int b, uint32_t a[
 template <bool kHalfTail>
 __global__ void __launch_bounds__(kExpertGemmThreads) expert_gemm_kernel(const ExpertGemmParams p) {
   const int e = blockIdx.y;
-  const int first = p.row_offsets[e], last = p.row_offsets[e + 1];
+  // The offsets are device data the host cannot check: clamped to the rows, so that corrupt ones
+  // cost outputs, never memory outside x and y.
+  const int first = max(p.row_offsets[e], 0), last = min(p.row_offsets[e + 1], static_cast<int>(p.rows));
   if (first >= last) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
   const int64_t feature0 = int64_t{blockIdx.x} * kExpertGemmRows + warp * 16;

@@ -23,10 +23,11 @@ enum class ExpertGemmKernel { kAuto, kBf16, kF16 };
 // L1 on its own schedule, its weights ring three steps ahead. kSharedX: the first 8 tokens'
 // activations of each step are copied once per CTA into a shared ring beside the weights (two
 // steps ahead, the CTA in step): a quarter of the activation traffic, for one step less in
-// flight. kAuto: kSharedX when there are at least 4 rows per expert (8 tokens of a decode batch
-// routed to 128 experts, top-4, about 8 an expert with rows), where it measured 5-6 points of
-// the copy bandwidth faster, else kWarpRing, 2 points faster at 1-2 rows an expert
-// (bench/RESULTS.md).
+// flight. kAuto: kSharedX from 4 rows an expert on average (rows >= 4 x experts; a decode batch
+// of 128 tokens at top-4 of 128 experts), else kWarpRing. Measured (bench/RESULTS.md): at 8 rows
+// an expert kSharedX is 5-6 points of the copy bandwidth faster; at 1-2 it is 2 points slower for
+// the [6144, 6144] gate + up and about 2 faster for the [6144, 3072] down, so the rule follows
+// the larger matmul; 4 rows an expert was not measured.
 enum class ExpertGemmF16Variant { kAuto, kWarpRing, kSharedX };
 
 struct ExpertGemmOptions {
@@ -47,7 +48,8 @@ ExpertGemmF16Variant expert_gemm_f16_variant_for(const ExpertGemmParams& p, cons
 // Pointers in `p` are device pointers. Asynchronous on `stream`. Requirements, each checked
 // with an fp4::Error naming it: n a multiple of 64, k a multiple of 128, x and the codes
 // 16-byte aligned, the scales 2-byte aligned (8 for kF16).
-// The row offsets live on the device, so the host cannot check them; the grids depend on the
+// The row offsets live on the device, so the host cannot check them (the kernels clamp each
+// expert's range to [0, rows], so corrupt ones cost outputs, not memory); the grids depend on the
 // shapes only (rows, experts, n), so a launch can be captured in a CUDA graph (the FP16
 // kernel's scratch comes from the stream-ordered allocator, which is capturable).
 void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGemmOptions& options = {});

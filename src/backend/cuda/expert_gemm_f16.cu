@@ -8,7 +8,7 @@
 // of a 128-value block interleaved by lane, so that those loads are coalesced.
 // It also lists the experts that have rows. expert_gemm_f16_kernel: grid (n / 64, at most
 // min(experts, rows) experts with rows), 4 warps of 16 output features, as the BF16 kernel
-// (expert_gemm.cu), but each lane streams its weights through a ring of shared-memory slots
+// (expert_gemm.cu), but each warp streams its weights through a ring of shared-memory slots
 // filled by cp.async, several steps ahead, instead of one step held in registers.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -31,7 +31,7 @@ constexpr int kMinCtasPerSm = 5;
 // One step of one warp: the codes of its 16 features, 8 16-byte chunks a feature (chunk 4b + t:
 // block b, the 32 values lane tig = t reads), chunks XOR-swizzled by 4 on odd features so that
 // the two features of a quarter-warp's 16-byte reads fall in different banks; then their block
-// scales. Each copy instruction covers 4 whole 128-byte lines of global memory; a lane reads
+// scales. Each copy instruction of a two-block step covers 4 whole 128-byte lines; a lane reads
 // what other lanes copied, hence a __syncwarp between landing and reading.
 struct Slot {
   uint4 codes[16][8];
@@ -143,7 +143,9 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
   XSlot* const xring = reinterpret_cast<XSlot*>(smem + kWarps * S * sizeof(Slot));
   const int e = active[blockIdx.y];
   if (e < 0) return;
-  const int first = p.row_offsets[e], last = p.row_offsets[e + 1];
+  // The offsets are device data the host cannot check: clamped to the rows, so that corrupt ones
+  // cost outputs, never memory outside x and y.
+  const int first = max(p.row_offsets[e], 0), last = min(p.row_offsets[e + 1], static_cast<int>(p.rows));
   if (first >= last) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
   const int64_t feature0 = int64_t{blockIdx.x} * kExpertGemmRows + warp * 16;
@@ -269,7 +271,8 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
     tc::cp_async_wait<0>();
     // acc[t]: features grp (0, 1) and grp + 8 (2, 3), tokens 8t + 2tig (0, 2) and + 1 (1, 3);
     // the sums are of (w 2^-14)(x 2^s), so they are scaled back by 2^(14 - s) of their token,
-    // after g: that product rounds once, as the BF16 kernel's does, and the power of two is exact.
+    // after g: that product rounds once, as the BF16 kernel's does, and the power of two is exact
+    // unless the output leaves FP32's normal range.
 #pragma unroll
     for (int t = 0; t < kTiles; ++t) {
 #pragma unroll

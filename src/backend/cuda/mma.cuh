@@ -1,6 +1,6 @@
 // Tensor-core building blocks shared by the CUDA kernels: mma.sync and ldmatrix wrappers,
 // cp.async, FP32 -> BF16 / FP16 hi/lo splitting and the exact E4M3 and E2M1 expansions (FP16
-// for the attention and indexer tiles, BF16 for the expert weights).
+// for the attention and indexer tiles and the FP16 expert kernel, BF16 for the BF16 one).
 #pragma once
 
 #include <cuda_bf16.h>
