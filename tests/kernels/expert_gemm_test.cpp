@@ -169,8 +169,13 @@ TEST_F(ExpertGemmKernel, MatchesCpuOnRandomWeights) {
   sparse[3] = sparse[40] = sparse[69] = 1;
   run_case(sparse, 64, 256, false, rng);
   if (HasFatalFailure()) return;
-  // Rows from 2^-120 to 2^100 and rows of zeros.
+  // Rows from 2^-120 to 2^100 and rows of zeros, also with a last step of one block.
   run_case({6, 11, 0, 35}, 128, 512, false, rng, true);
+  if (HasFatalFailure()) return;
+  run_case({9, 2}, 64, 384, false, rng, true);
+  if (HasFatalFailure()) return;
+  // More than a tile of tokens over several steps ending in a one-block step (k = 384).
+  run_case({12, 0, 41}, 64, 384, false, rng);
 }
 
 // The choice is host logic: it runs without a GPU too.

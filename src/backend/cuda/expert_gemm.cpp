@@ -47,7 +47,8 @@ void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGem
   // memory from one layer to the next.
   void* workspace = nullptr;
   FP4_CUDA_CHECK(cudaMallocAsync(&workspace, expert_gemm_f16_scratch_bytes(p), stream));
-  const cudaError_t status = detail::launch_expert_gemm_f16(p, workspace, stream, expert_gemm_f16_variant_for(p, options));
+  const cudaError_t status =
+      detail::launch_expert_gemm_f16(p, workspace, stream, expert_gemm_f16_variant_for(p, options));
   (void)cudaFreeAsync(workspace, stream);
   FP4_CUDA_CHECK(status);
 }

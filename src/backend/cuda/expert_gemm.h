@@ -13,10 +13,10 @@
 namespace fp4::cuda {
 
 // Which kernel multiplies. kF16 (what kAuto takes whenever its scratch, the activations in
-// FP16, fits in kExpertGemmF16MaxScratch and the scales are 8-byte aligned): FP16 MMAs over activations scaled per row by a power
-// of two, the weights streamed through shared memory. kBf16: BF16 MMAs straight from x, no
-// scratch (long prefill chunks). Both compute the contract's exact products; docs/kernels/
-// expert_gemm.md gives the numerics of each.
+// FP16, fits in kExpertGemmF16MaxScratch and the scales are 8-byte aligned): FP16 MMAs over
+// activations scaled per row by a power of two, the weights streamed through shared memory.
+// kBf16: BF16 MMAs straight from x, no scratch (long prefill chunks). Both compute the
+// contract's exact products; docs/kernels/expert_gemm.md gives the numerics of each.
 enum class ExpertGemmKernel { kAuto, kBf16, kF16 };
 
 // How the FP16 kernel's warps get their activations. kWarpRing: each warp loads them through

@@ -123,7 +123,9 @@ __device__ __forceinline__ int swizzled_x(int token, int index) { return index ^
 
 // Ring depth per variant: kSharedX gives up a slot for its activation ring, to stay at 5 CTAs
 // an SM within 48 KB of static shared memory.
-__host__ __device__ constexpr int stages_of(ExpertGemmF16Variant v) { return v == ExpertGemmF16Variant::kSharedX ? 3 : kStages; }
+__host__ __device__ constexpr int stages_of(ExpertGemmF16Variant v) {
+  return v == ExpertGemmF16Variant::kSharedX ? 3 : kStages;
+}
 __host__ __device__ constexpr int smem_bytes_of(ExpertGemmF16Variant v) {
   return kWarps * stages_of(v) * int{sizeof(Slot)} +
          (v == ExpertGemmF16Variant::kSharedX ? stages_of(v) * int{sizeof(XSlot)} : 0);
