@@ -1,5 +1,5 @@
 // The CUDA paged attention kernels against fp4::cpu::paged_attention run on the same pages:
-// every page format, dense and sparse, head_dim 32 and 128, 2 and 16 query heads per KV head,
+// every page format, dense and sparse, head_dim 32, 64 (decode) and 128, 2 and 16 query heads per KV head,
 // one batch of sequences of 1, 127, 128, 2048, 2049, 5000 and 300 tokens (the last one a
 // prefill chunk querying every position) behind shuffled page tables. Each launch runs on
 // poisoned outputs and workspace (NaN bytes), with every kernel and several split counts; the
@@ -272,7 +272,8 @@ TEST_P(PagedAttentionKernels, MatchCpuReferenceOnTheSamePages) {
   for (Data data : {Data::kGaussian, Data::kExactMeans}) {
     for (bool sparse : {false, true}) {
       for (int64_t group : {2, 16}) {
-        for (int64_t head_dim : {32, 128}) run_case({GetParam(), sparse, group, head_dim, data}, rng);
+        // 64 too: the tensor-core kernel reads FP8 and NVFP4 operands in runs that depend on it.
+        for (int64_t head_dim : {32, 64, 128}) run_case({GetParam(), sparse, group, head_dim, data}, rng);
         // Small heads (stories260K's 8, flattened pages) on the CUDA-core kernel, where a head's
         // row is whole 16-byte vectors.
         if (GetParam() != PageDType::kNVFP4) run_case({GetParam(), sparse, group, 16, data}, rng);
@@ -288,10 +289,11 @@ TEST_P(PagedAttentionKernels, MatchCpuReferenceOnTheSamePages) {
 // mid-block and ends mid-unit), a few queries of a short sequence and a single token, so the
 // prefill kernel's 4-token CTAs straddle sequences and blocks; the selections in any order with
 // duplicates.
-TEST_P(PagedAttentionKernels, PrefillChunksMatchCpuReference) {
-  if (GetParam() == PageDType::kFP32) {
-    GTEST_SKIP() << "the prefill kernel takes BF16, FP8 and NVFP4 pages";
-  }
+// The prefill kernel takes BF16, FP8 and NVFP4 pages (the launcher's refusal of FP32 is tested
+// below).
+class PagedAttentionPrefillKernels : public PagedAttentionKernels {};
+
+TEST_P(PagedAttentionPrefillKernels, PrefillChunksMatchCpuReference) {
   auto rng = testing::seeded_rng(60 + static_cast<int>(GetParam()));
   const Step step{{{700, 700}, {2100, 301}, {129, 5}, {1, 1}}, false, true, true};
   for (Data data : {Data::kGaussian, Data::kExactMeans}) {
@@ -305,6 +307,9 @@ TEST_P(PagedAttentionKernels, PrefillChunksMatchCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllPageFormats, PagedAttentionKernels,
                          ::testing::Values(PageDType::kFP32, PageDType::kBF16, PageDType::kFP8, PageDType::kNVFP4),
+                         [](const auto& info) { return std::string(kvcache::page_dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(TensorCorePageFormats, PagedAttentionPrefillKernels,
+                         ::testing::Values(PageDType::kBF16, PageDType::kFP8, PageDType::kNVFP4),
                          [](const auto& info) { return std::string(kvcache::page_dtype_name(info.param)); });
 
 

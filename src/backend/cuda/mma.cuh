@@ -67,6 +67,12 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool full
                : "memory");
 }
 
+// 16 bytes to shared memory of which the first `bytes` (0 to 16) come from src, the rest zeros.
+__device__ __forceinline__ void cp_async16_prefix(void* dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes)
+               : "memory");
+}
+
 // 8 bytes to shared memory (cp.async.cg takes 16 only).
 __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/paged_attention_device.cuh"
+#include "backend/cuda/paged_attention_frag.cuh"
 #include "backend/cuda/paged_attention_launch.h"
 #include "backend/cuda/paged_attention_mma.cuh"
 
@@ -49,16 +50,66 @@ __device__ __forceinline__ void resolve_item(const AttentionArgs& a, CtaWork w, 
   if (w.bad) *bad = 1;
 }
 
+// How far (in log2 units) a row's running reference may sit below its true maximum before the
+// accumulated output is rescaled. Weights then reach at most 2^8, far inside FP32 and FP16
+// (whose hi + lo split is relative), and the weights of a row still sum to at least 1 (its
+// largest key weighs at least 1). Rescales become rare after a row's first sub-tile, which
+// saves the D / 2 multiplies of a rescale on most sub-tiles.
+constexpr float kRescaleSlack = 8.0f;
+
+// The online-softmax step of one 16-key sub-tile (S in the MMA's accumulator layout; this lane
+// holds rows grp and grp + 8): masks keys at or past `valid`, brings m, l and O up to date, and
+// returns P as the A fragment of P V, hi and lo.
+template <bool kF16, int kNTiles>
+__device__ __forceinline__ void softmax_step(const float s[2][4], int valid, const float kq[2], float m[2],
+                                             float l[2], float o[][4], uint32_t ph[4], uint32_t pl[4], int tig) {
+  float alpha[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float x[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = (e / 2) * 8 + 2 * tig + e % 2;
+      x[e] = key < valid ? s[e / 2][2 * r + e % 2] * kq[r] : neg_inf();
+    }
+    float top = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
+    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
+    // The reference moves only when the row's maximum passes it by more than the slack (or it
+    // is still -inf); a NaN maximum (an invalid row) makes the comparison false and keeps it.
+    const float m_new = top > m[r] + kRescaleSlack || m[r] == neg_inf() ? fmaxf(m[r], top) : m[r];
+    alpha[r] = rescale_factor(m[r], m_new);
+    m[r] = m_new;
+    float p[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) p[e] = weight(x[e], m_new);
+    l[r] = l[r] * alpha[r] + ((p[0] + p[1]) + (p[2] + p[3]));  // this lane's share of the row
+    split<kF16>(p[0], p[1], ph[r], pl[r]);
+    split<kF16>(p[2], p[3], ph[2 + r], pl[2 + r]);
+  }
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int t = 0; t < kNTiles; ++t) {
+      o[t][0] *= alpha[0];
+      o[t][1] *= alpha[0];
+      o[t][2] *= alpha[1];
+      o[t][3] *= alpha[1];
+    }
+  }
+}
+
 template <KvFormat F, int D>
 __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(const AttentionArgs a) {
   constexpr bool kBf16 = F == KvFormat::kBF16, kF16 = !kBf16;
   constexpr int P = D + 8;  // 16-bit row pitch: the 8 rows of an ldmatrix hit distinct banks
   constexpr int kKSteps = D / 16, kNTiles = D / 8;
-  // Per warp: BF16 pages, a K and a V tile (filled by cp.async); FP8 and NVFP4 pages, one tile
-  // (K, then V) and the raw ring. After the block loop the outputs reuse the space.
+  // Per warp: BF16 pages, a K and a V tile (filled by cp.async); FP8 and NVFP4 pages, the raw
+  // ring, read by fragments (paged_attention_frag.cuh). After the block loop the outputs reuse
+  // the space.
+  using Slot = FragSlot<F, D>;
   constexpr int kTileBytes = kSub * P * 2;
-  constexpr int kRingBytes = kBf16 ? 0 : kRawStages<F> * RawSlot<F, D>::kBytes;
-  constexpr int kWarpBytes = (kBf16 ? 2 : 1) * kTileBytes + kRingBytes;
+  constexpr int kRingBytes = kBf16 ? 0 : kRawStages<F> * Slot::kBytes;
+  constexpr int kWarpBytes = kBf16 ? 2 * kTileBytes : kRingBytes;
   constexpr int kOutBytes = kWarps * kRows * P * 4;
   __shared__ __align__(16) uint16_t q_s[2][kRows * P];  // Q as hi and lo
   __shared__ __align__(16) uint8_t work_s[kWarps * kWarpBytes > kOutBytes ? kWarps * kWarpBytes : kOutBytes];
@@ -70,8 +121,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
   CtaWork w = cta_work(a);
 
-  // Q as hi + lo in the tiles' type, its dimensions in the tiles' column order (kv_dim). FP16:
-  // each head first scaled by q_factor_s into range.
+  // Q as hi + lo in the tiles' type, its dimensions in K's column order (qk_dim for FP8 and
+  // NVFP4). FP16: each head first scaled by q_factor_s into range.
   if constexpr (kF16) {
     for (int h = warp; h < kRows; h += kWarps) {
       float m = 0.0f;
@@ -87,12 +138,17 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
     const int h = i / (D / 8), c = 8 * (i % (D / 8));
     float x[8] = {};
     if (h < a.group) {
-      const float4* row = reinterpret_cast<const float4*>(a.q + out_row(a, w, h) * D + c);
-      const float4 lo4 = __ldg(row), hi4 = __ldg(row + 1);
-      const float in[8] = {lo4.x, lo4.y, lo4.z, lo4.w, hi4.x, hi4.y, hi4.z, hi4.w};
-      const float factor = kF16 ? q_factor_s[h] : 1.0f;
+      const float* row = a.q + out_row(a, w, h) * D;
+      if constexpr (kBf16) {
+        const float4 lo4 = __ldg(reinterpret_cast<const float4*>(row + c));
+        const float4 hi4 = __ldg(reinterpret_cast<const float4*>(row + c) + 1);
+        const float in[8] = {lo4.x, lo4.y, lo4.z, lo4.w, hi4.x, hi4.y, hi4.z, hi4.w};
 #pragma unroll
-      for (int e = 0; e < 8; ++e) x[e] = in[kv_dim<F>(e)] * factor;  // kv_dim permutes within 8
+        for (int e = 0; e < 8; ++e) x[e] = in[e];
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) x[e] = __ldg(row + qk_dim<F, D>(c + e)) * q_factor_s[h];
+      }
     }
     uint32_t hi[4], lo[4];
 #pragma unroll
@@ -102,9 +158,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
   }
   if (threadIdx.x == 0) bad_s = w.bad ? 1 : 0;
 
-  uint16_t* k_s = reinterpret_cast<uint16_t*>(work_s + warp * kWarpBytes);
-  uint16_t* v_s = kBf16 ? k_s + kSub * P : k_s;
-  uint8_t* ring = work_s + warp * kWarpBytes + (kBf16 ? 2 : 1) * kTileBytes;
+  uint16_t* k_s = reinterpret_cast<uint16_t*>(work_s + warp * kWarpBytes);  // BF16
+  uint16_t* v_s = k_s + kSub * P;
+  uint8_t* ring = work_s + warp * kWarpBytes;  // FP8, NVFP4
   // Fragment rows: this lane holds rows grp (r = 0) and grp + 8 (r = 1) of S, P and O.
   float o[kNTiles][4] = {};
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
@@ -140,138 +196,103 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
       valid = min(kSub, keys_s[item] - key0);
       return w.g * kBlockTokens + key0;
     };
-    // FP8 / NVFP4: the fetch cursor runs kRawStages - 1 sub-tiles ahead; every step commits one
-    // group (empty past the end), so "all but the newest kRawStages - 2 groups" is the current
-    // sub-tile.
-    int fetch_item = 0, fetch_sub = -1, fetched = 0;
-    auto fetch = [&] {
-      if constexpr (!kBf16) {
-        if (fetch_item < count) {
-          int valid;
-          const int row0 = row0_of(fetch_item, fetch_sub, valid);
-          issue_raw<F, D>(ring + (fetched % kRawStages<F>) * RawSlot<F, D>::kBytes, a, a.pool + page_s[fetch_item],
-                          row0, valid, lane);
-          next(fetch_item, fetch_sub);
-        }
-        cp_async_commit();
-        ++fetched;
-      }
-    };
     int item = 0, sub = -1;
     next(item, sub);
     if constexpr (kBf16) {
+      // The next sub-tile's K is issued once this QK is done, V once this P.V is done (commit
+      // groups complete in order, so wait_group 1 means "all but the newest").
       if (item < count) {
         int valid;
         const int row0 = row0_of(item, sub, valid);
         issue_bf16<D>(k_s, a.pool + page_s[item] + a.k_codes, row0, valid, lane);
         issue_bf16<D>(v_s, a.pool + page_s[item] + a.v_codes, row0, valid, lane);
       }
-    } else {
-      next(fetch_item, fetch_sub);
-      for (int i = 0; i < kRawStages<F> - 1; ++i) fetch();
-    }
-    // BF16: the next sub-tile's K is issued once this QK is done, V once this P.V is done
-    // (commit groups complete in order, so wait_group 1 means "all but the newest").
-    for (int step = 0; item < count; ++step) {
-      int next_item = item, next_sub = sub;
-      next(next_item, next_sub);
-      const bool more = next_item < count;
-      int valid;
-      row0_of(item, sub, valid);
-      const uint8_t* slot = ring + (step % kRawStages<F>) * RawSlot<F, D>::kBytes;
-      if constexpr (kBf16) {
+      while (item < count) {
+        int next_item = item, next_sub = sub;
+        next(next_item, next_sub);
+        const bool more = next_item < count;
+        int valid;
+        row0_of(item, sub, valid);
+        float s[2][4] = {};  // n-tile t: keys 8t .. 8t + 7
         cp_async_wait<1>();
-      } else {
-        cp_async_wait<kRawStages<F> - 2>();
-        __syncwarp();  // every lane's copies have landed; the previous step's slot is read
-        fetch();
-        land_plane<F, D>(slot, k_s, valid, lane);
-      }
-      __syncwarp();
-
-      float s[2][4] = {};  // n-tile t: keys 8t .. 8t + 7
+        __syncwarp();
 #pragma unroll
-      for (int ks = 0; ks < kKSteps; ++ks) {
-        uint32_t qh[4], ql[4], kb[4];
-        ldmatrix_x4(qh, &q_s[0][a_row * P + ks * 16 + a_col]);
-        ldmatrix_x4(ql, &q_s[1][a_row * P + ks * 16 + a_col]);
-        ldmatrix_x4(kb, &k_s[b_row * P + ks * 16 + b_col]);
-        mma<kF16>(s[0], qh, kb[0], kb[1]);  // no two back-to-back MMAs into the same registers
-        mma<kF16>(s[1], qh, kb[2], kb[3]);
-        mma<kF16>(s[0], ql, kb[0], kb[1]);
-        mma<kF16>(s[1], ql, kb[2], kb[3]);
-      }
-      __syncwarp();  // every lane's reads of k_s are done
-      if constexpr (kBf16) {
+        for (int ks = 0; ks < kKSteps; ++ks) {
+          uint32_t qh[4], ql[4], kb[4];
+          ldmatrix_x4(qh, &q_s[0][a_row * P + ks * 16 + a_col]);
+          ldmatrix_x4(ql, &q_s[1][a_row * P + ks * 16 + a_col]);
+          ldmatrix_x4(kb, &k_s[b_row * P + ks * 16 + b_col]);
+          mma<kF16>(s[0], qh, kb[0], kb[1]);  // no two back-to-back MMAs into the same registers
+          mma<kF16>(s[1], qh, kb[2], kb[3]);
+          mma<kF16>(s[0], ql, kb[0], kb[1]);
+          mma<kF16>(s[1], ql, kb[2], kb[3]);
+        }
+        __syncwarp();  // every lane's reads of k_s are done
         if (more) {
           int next_valid;
           const int row0 = row0_of(next_item, next_sub, next_valid);
           issue_bf16<D>(k_s, a.pool + page_s[next_item] + a.k_codes, row0, next_valid, lane);
         }
-      } else {
-        land_plane<F, D>(slot + RawSlot<F, D>::kPlane, v_s, valid, lane);
-      }
-
-      uint32_t ph[4], pl[4];  // P as the A fragment of one 16-key step
-      float alpha[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float x[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = (e / 2) * 8 + 2 * tig + e % 2;
-          x[e] = key < valid ? s[e / 2][2 * r + e % 2] * kq[r] : neg_inf();
-        }
-        float top = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
-        top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
-        top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
-        const float m_new = fmaxf(m[r], top);
-        alpha[r] = rescale_factor(m[r], m_new);
-        m[r] = m_new;
-        float p[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) p[e] = weight(x[e], m_new);
-        l[r] = l[r] * alpha[r] + ((p[0] + p[1]) + (p[2] + p[3]));  // this lane's share of the row
-        split<kF16>(p[0], p[1], ph[r], pl[r]);
-        split<kF16>(p[2], p[3], ph[2 + r], pl[2 + r]);
-      }
-      // Once the row maxima settle, most sub-tiles rescale by exactly 1: skip those multiplies.
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-        for (int t = 0; t < kNTiles; ++t) {
-          o[t][0] *= alpha[0];
-          o[t][1] *= alpha[0];
-          o[t][2] *= alpha[1];
-          o[t][3] *= alpha[1];
-        }
-      }
-      if constexpr (kBf16) {
+        uint32_t ph[4], pl[4];
+        softmax_step<kF16, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
         if (more) cp_async_wait<1>();
         else cp_async_wait<0>();
-      }
-      __syncwarp();  // V is in the tile
-
+        __syncwarp();  // V is in the tile
 #pragma unroll
-      for (int t = 0; t < kNTiles; t += 2) {
-        uint32_t vb[4];
-        ldmatrix_x4_trans(vb, &v_s[a_row * P + t * 8 + a_col]);
-        mma<kF16>(o[t], ph, vb[0], vb[1]);
-        mma<kF16>(o[t + 1], ph, vb[2], vb[3]);
-        mma<kF16>(o[t], pl, vb[0], vb[1]);
-        mma<kF16>(o[t + 1], pl, vb[2], vb[3]);
-      }
-      __syncwarp();  // every lane's reads of v_s are done
-      if constexpr (kBf16) {
+        for (int t = 0; t < kNTiles; t += 2) {
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, &v_s[a_row * P + t * 8 + a_col]);
+          mma<kF16>(o[t], ph, vb[0], vb[1]);
+          mma<kF16>(o[t + 1], ph, vb[2], vb[3]);
+          mma<kF16>(o[t], pl, vb[0], vb[1]);
+          mma<kF16>(o[t + 1], pl, vb[2], vb[3]);
+        }
+        __syncwarp();  // every lane's reads of v_s are done
         if (more) {
           int next_valid;
           const int row0 = row0_of(next_item, next_sub, next_valid);
           issue_bf16<D>(v_s, a.pool + page_s[next_item] + a.v_codes, row0, next_valid, lane);
         }
+        item = next_item;
+        sub = next_sub;
       }
-      item = next_item;
-      sub = next_sub;
+    } else {
+      // The fetch cursor runs kRawStages - 1 sub-tiles ahead of the computation, which needs
+      // only each sub-tile's visible keys: `pending` holds them, oldest first (0: none). Every
+      // fetch commits one group (empty past the end), so "all but the newest kRawStages - 2
+      // groups" is the oldest pending sub-tile.
+      constexpr int kStages = kRawStages<F>;
+      const FragFetch<F, D> plan;
+      auto fetch = [&](uint8_t* target) {
+        int valid = 0;
+        if (item < count) {
+          const int row0 = row0_of(item, sub, valid);
+          plan.issue(target, a, a.pool + page_s[item], row0, valid);
+          next(item, sub);
+        }
+        cp_async_commit();
+        return valid;
+      };
+      int pending[kStages - 1];
+#pragma unroll
+      for (int i = 0; i < kStages - 1; ++i) pending[i] = fetch(ring + i * Slot::kBytes);
+      uint8_t* slot = ring;  // step s reads slot s % kStages and refills slot (s - 1) % kStages
+      while (pending[0] > 0) {
+        const int valid = pending[0];
+        cp_async_wait<kStages - 2>();
+        __syncwarp();  // every lane's copies have landed; the previous step's slot is read
+#pragma unroll
+        for (int i = 0; i + 1 < kStages - 1; ++i) pending[i] = pending[i + 1];
+        pending[kStages - 2] = fetch(slot == ring ? ring + (kStages - 1) * Slot::kBytes : slot - Slot::kBytes);
+        float s[2][4] = {};  // n-tile t: keys 8t .. 8t + 7
+        qk_from_slot<F, D>(s, q_s[0], q_s[1], slot, lane);
+        uint32_t ph[4], pl[4];
+        softmax_step<kF16, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
+        pv_from_slot<F, D>(o, ph, pl, slot + Slot::kPlane, lane);
+        slot = slot == ring + (kStages - 1) * Slot::kBytes ? ring : slot + Slot::kBytes;
+      }
+      cp_async_wait<0>();  // the empty groups past the end
     }
-    if constexpr (!kBf16) cp_async_wait<0>();  // the empty groups past the end
   }
 
   // Merge the four warps' softmax states: out = sum_w 2^(m_w - M) O_w / sum_w 2^(m_w - M) l_w.
@@ -313,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
       acc = fmaf(o_s[(v * kRows + h) * P + d], f, acc);
     }
     const RowEnd end = row_end(a, w, top, sum, a.v_scale * kTileScale<F>);
-    out_ptr(a, w, h)[kv_dim<F>(d)] = acc * end.scale;
+    out_ptr(a, w, h)[kBf16 ? d : pv_dim<F, D>(d)] = acc * end.scale;
     if (d == 0) store_lse(a, w, h, end.lse);
   }
 }

@@ -67,13 +67,14 @@ struct RawSlot {
 template <KvFormat F>
 constexpr int kRawStages = F == KvFormat::kNVFP4 ? 3 : 2;
 
-// Issues the copies of rows [row0, row0 + 16) of K and V into `slot` (not committed). Chunks
-// whose first row is at or past `valid` are zero-filled; land_plane<..., true> zeroes every
-// such row.
-template <KvFormat F, int D>
+// Issues the copies of rows [row0, row0 + 16) of K and V into `slot` (not committed), the
+// chunks placed by Slot::chunk (RawSlot, or the decode kernel's FragSlot). Rows at or past
+// `valid` are zero-filled, codes and scales (a chunk of scales may hold several rows), so a
+// sub-tile's missing keys read as zeros.
+template <KvFormat F, int D, class Slot = RawSlot<F, D>>
 __device__ __forceinline__ void issue_raw(uint8_t* slot, const AttentionArgs& a, const uint8_t* page,
                                           int row0, int valid, int lane) {
-  using R = RawSlot<F, D>;
+  using R = Slot;
 #pragma unroll
   for (int kv = 0; kv < 2; ++kv) {
     const uint8_t* codes = page + (kv == 0 ? a.k_codes : a.v_codes) + int64_t{row0} * R::kRowBytes;
@@ -87,7 +88,8 @@ __device__ __forceinline__ void issue_raw(uint8_t* slot, const AttentionArgs& a,
       const uint8_t* scales = page + (kv == 0 ? a.k_scales : a.v_scales) + int64_t{row0} * R::kScaleRowBytes;
 #pragma unroll
       for (int c = lane; c < R::kScales / 16; c += 32) {
-        cp_async16(dst + R::kCodes + 16 * c, scales + 16 * c, 16 * c / R::kScaleRowBytes < valid);
+        const int bytes = min(16, max(0, valid * R::kScaleRowBytes - 16 * c));
+        cp_async16_prefix(dst + R::kCodes + 16 * c, scales + 16 * c, bytes);
       }
     }
   }
