@@ -235,7 +235,7 @@ __device__ __forceinline__ void qk_from_slot(float s[2][4], const uint16_t* q_hi
 }
 
 // O (D / 8 n-tiles) += P V for one sub-tile, V from the landed V plane of a FragSlot; P is the A
-// fragment as hi and lo. Rows past the visible keys are zeros in the slot (issue_raw's
+// fragment as hi and lo. Rows past the visible keys are zeros in the slot (FragFetch's
 // zero-fill), so they add nothing.
 template <KvFormat F, int D>
 __device__ __forceinline__ void pv_from_slot(float o[][4], const uint32_t ph[4], const uint32_t pl[4],

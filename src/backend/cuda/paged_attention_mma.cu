@@ -5,17 +5,19 @@
 // One CTA of 4 warps per (token, KV head, split); the group's query heads are the MMA's 16 rows
 // (zero rows pad a smaller group). The CTA first resolves its split's blocks to pages (all at
 // once, so the block loop never waits on a selection or block-table load). Warp w takes keys
-// [16w, 16w + 16) and [64 + 16w, 80 + 16w) of every block: it stages them (K and V, without
-// the per-layer scale) in its own shared-memory tile, so the block loop needs no CTA barrier,
-// with the next sub-tile's loads in flight while the current one computes; each warp keeps its
-// own online softmax, and the four warps' states are merged once at the end.
+// [16w, 16w + 16) and [64 + 16w, 80 + 16w) of every block and stages them in its own shared
+// memory (BF16: K and V tiles; FP8 and NVFP4: a ring of raw slots, read straight into the MMAs'
+// fragments), so the block loop needs no CTA barrier, with the next sub-tiles' loads in flight
+// while the current one computes; each warp keeps its own online softmax, and the four warps'
+// states are merged once at the end.
 //
 // Exactness: BF16 pages are BF16; FP8 values (E4M3) and NVFP4 values (E2M1 x E4M3 block scale,
 // times 2^-14) are exact in FP16. The per-layer scale (FP8 scale, NVFP4 global scale) multiplies
 // the FP32 scores and outputs instead. Q and P are FP32, split into hi + lo of the tile's type
 // (two MMAs each): a relative error of 2^-18 per product with BF16, 2^-22 with FP16. For FP16,
 // each head of Q is first scaled by a power of two into [2^13, 2^14), and its scores divided by
-// it again in FP32; P (at most 1) keeps FP16's subnormal spacing, 2^-25 absolute per weight.
+// it again in FP32; P (below 2^8, the softmax reference's slack) keeps FP16's subnormal
+// spacing, 2^-25 absolute per weight.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/paged_attention_device.cuh"

@@ -1,7 +1,8 @@
 // Device helpers of the tensor-core paged attention kernels (decode and prefill): the MMA and
-// hi + lo split in the tiles' type, Q's FP16 range factor, and the staging of 16-row K/V
-// sub-tiles into 16-bit shared-memory tiles (BF16 pages by cp.async; FP8 and NVFP4
-// pages through a per-warp ring of raw slots, dequantized from there into FP16).
+// hi + lo split in the tiles' type, Q's FP16 range factor, the raw slots that FP8 and NVFP4
+// sub-tiles of 16 rows land in by cp.async, and the prefill kernel's staging into 16-bit
+// shared-memory tiles (BF16 pages by cp.async; FP8 and NVFP4 dequantized from a raw slot into
+// FP16).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -67,14 +68,14 @@ struct RawSlot {
 template <KvFormat F>
 constexpr int kRawStages = F == KvFormat::kNVFP4 ? 3 : 2;
 
-// Issues the copies of rows [row0, row0 + 16) of K and V into `slot` (not committed), the
-// chunks placed by Slot::chunk (RawSlot, or the decode kernel's FragSlot). Rows at or past
-// `valid` are zero-filled, codes and scales (a chunk of scales may hold several rows), so a
-// sub-tile's missing keys read as zeros.
-template <KvFormat F, int D, class Slot = RawSlot<F, D>>
+// Issues the copies of rows [row0, row0 + 16) of K and V into `slot` (not committed). Rows at
+// or past `valid` are zero-filled, codes and scales (a chunk of scales may hold several rows),
+// so a sub-tile's missing keys read as zeros. (The decode kernel fills its FragSlot through
+// FragFetch, which makes the same copies.)
+template <KvFormat F, int D>
 __device__ __forceinline__ void issue_raw(uint8_t* slot, const AttentionArgs& a, const uint8_t* page,
                                           int row0, int valid, int lane) {
-  using R = Slot;
+  using R = RawSlot<F, D>;
 #pragma unroll
   for (int kv = 0; kv < 2; ++kv) {
     const uint8_t* codes = page + (kv == 0 ? a.k_codes : a.v_codes) + int64_t{row0} * R::kRowBytes;
@@ -110,12 +111,14 @@ __device__ __forceinline__ constexpr int kv_dim(int column) {
 template <KvFormat F>
 constexpr float kTileScale = F == KvFormat::kNVFP4 ? 16384.0f : 1.0f;
 
-// Dequantizes one plane (K or V) of a landed raw slot into the warp's tile (see above); with
-// kPartial (a sub-tile with fewer than 16 visible keys), rows at or past `valid` become zeros
-// (their bytes may be unwritten slots, even NaN codes). Lane
-// (key, piece) writes 16 or 32 values of row `key`: with the rows' pitch of D + 8, the 8 lanes
-// of a phase hit distinct bank groups.
-template <KvFormat F, int D, bool kPartial>
+// Dequantizes one plane (K or V) of a landed raw slot into the warp's tile (see above), for the
+// prefill kernel (the decode kernel reads its operands from the slot, paged_attention_frag.cuh).
+// Rows at or past `valid` become zeros. There is deliberately no variant that skips this masking
+// for full sub-tiles: ptxas (CUDA 13.0, sm_90a) folded the test `valid == 16` on the prefill
+// kernel's clamped count max(0, min(16, x)) into a predicate that sent partial sub-tiles down the
+// unmasked path (docs/kernels/attention_prefill.md). Lane (key, piece) writes 16 or 32 values of
+// row `key`: with the rows' pitch of D + 8, the 8 lanes of a phase hit distinct bank groups.
+template <KvFormat F, int D>
 __device__ __forceinline__ void land_plane(const uint8_t* plane, uint16_t* tile, int valid, int lane) {
   using R = RawSlot<F, D>;
   constexpr int P = D + 8;
@@ -142,7 +145,7 @@ __device__ __forceinline__ void land_plane(const uint8_t* plane, uint16_t* tile,
 #pragma unroll
       for (int e = 0; e < 8; ++e) x[e] = e4m3x2_to_f16x2(w[e / 2] >> (16 * (e % 2)));
     }
-    if (kPartial && key >= valid) {
+    if (key >= valid) {
 #pragma unroll
       for (int e = 0; e < R::kValues / 2; ++e) x[e] = 0;
     }
@@ -150,16 +153,6 @@ __device__ __forceinline__ void land_plane(const uint8_t* plane, uint16_t* tile,
 #pragma unroll
     for (int e = 0; e < R::kValues / 8; ++e) dst[e] = make_uint4(x[4 * e], x[4 * e + 1], x[4 * e + 2], x[4 * e + 3]);
   }
-}
-
-// Full sub-tiles skip the masking. Do not call this with a count clamped as max(0, min(kSub, x)):
-// ptxas (CUDA 13.0, sm_90a) folds the test below on such a count into a predicate that sends
-// partial sub-tiles down the unmasked path (docs/kernels/attention_prefill.md); the prefill
-// kernel calls the masking variant directly for that reason.
-template <KvFormat F, int D>
-__device__ __forceinline__ void land_plane(const uint8_t* plane, uint16_t* tile, int valid, int lane) {
-  if (valid == kSub) land_plane<F, D, false>(plane, tile, valid, lane);  // warp-uniform
-  else land_plane<F, D, true>(plane, tile, valid, lane);
 }
 
 // BF16 pages need no dequantization: rows [row0, row0 + 16) of one region go straight to a

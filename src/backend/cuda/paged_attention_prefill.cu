@@ -299,15 +299,11 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill(const Attention
         __syncwarp();  // every lane's copies of this warp's slot
         const uint8_t* slot = stage + warp * RawSlot<F, D>::kBytes;
         const int valid = max(0, min(kSub, round.max_valid - half * kUnit - warp * kSub));
-        // Always the masking variant, never land_plane's valid == kSub dispatch: ptxas (CUDA
-        // 13.0, sm_90a) folds that test on this clamped count into the predicate output of a
-        // VIMNMX.RELU whose sense sends unclamped counts of 0 .. 15 down the unmasked path. FP8
-        // pages do not mind (cp.async zero-fills their codes row by row), but an NVFP4 scale
-        // chunk spans 2 to 8 rows, so the rows past `valid` that share it with a written row
-        // keep the unwritten slots' scales (0xFF, NaN): 0 x NaN in the tile, NaN in P.V even
-        // where P is 0. Masking a full sub-tile costs a few selects per landing.
-        land_plane<F, D, true>(slot, k_tile + warp * kSub * P, valid, lane);
-        land_plane<F, D, true>(slot + RawSlot<F, D>::kPlane, v_tile + warp * kSub * P, valid, lane);
+        // land_plane masks every sub-tile, full ones too: a dispatch on `valid == kSub` over
+        // this clamped count was miscompiled (land_plane's comment). issue_raw now zero-fills
+        // partial NVFP4 scale chunks too, so the rows past `valid` are zeros either way.
+        land_plane<F, D>(slot, k_tile + warp * kSub * P, valid, lane);
+        land_plane<F, D>(slot + RawSlot<F, D>::kPlane, v_tile + warp * kSub * P, valid, lane);
       }
       __syncthreads();  // the unit's K and V tiles are complete
       const uint16_t* k_s = kBf16 ? reinterpret_cast<const uint16_t*>(stage) : k_tile;
