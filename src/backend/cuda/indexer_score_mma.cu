@@ -26,7 +26,6 @@ using kvcache::PageDType;
 constexpr int kWarps = kScoreThreads / 32;
 constexpr int kHeadsPerPass = 4;  // B's 8 columns: 4 heads' hi parts, then the same heads' lo parts
 constexpr int kTile = 16;  // keys per MMA: its M
-constexpr int kTilesPerWarp = kMaxPageTokens / (kWarps * kTile);
 
 // The split of a key row over the 4 threads of an MMA row group: thread c = lane % 4 reads
 // units c, c + 4, c + 8, ... of kUnit bytes each, and k-step j of the MMA takes 4 consecutive
@@ -44,9 +43,6 @@ struct Split {
   static constexpr int kScalesPerUnit = D == PageDType::kNVFP4 ? kUnitValues / 16 : 0;
   static constexpr int kStride = kRowBytes % (8 * kUnit) == 0 ? kRowBytes + 4 * kUnit : kRowBytes;
   static constexpr bool kF16 = D != PageDType::kBF16;  // FP16 MMAs (else BF16)
-  // NVFP4: 3 stages of 9 KiB, so that shared memory lets 7 CTAs share an SM rather than 5
-  // (this kernel is bound by instructions; the extra warps gained about 1%).
-  using Rows = PageRows<D, kDim, kStride, D == PageDType::kNVFP4 ? 32 * 1024 : 96 * 1024>;
   static_assert(kUnit == 8 || kUnit == 16, "8- or 16-byte unit reads");
   static_assert(kUnits * kStepsPerUnit == kSteps, "the units cover the row");
   static_assert(D != PageDType::kNVFP4 || kUnitValues % 16 == 0, "whole NVFP4 blocks per unit");
@@ -100,19 +96,134 @@ __device__ __forceinline__ void unit_to_pairs(const uint8_t* codes, const uint8_
   }
 }
 
+// A chunk: kKeys consecutive key rows of one page in shared memory, codes [kKeys][kStride]
+// then the NVFP4 block scales [kKeys][kScaleBytes]. Each warp streams its own pages through
+// its own ring of kStages chunks, so the CTA never waits at a barrier inside the page loop.
+template <PageDType D, int kDim>
+struct Chunk {
+  using S = Split<D, kDim>;
+  static constexpr int kKeys = 2 * kTile;
+  static constexpr int kScaleBytes = D == PageDType::kNVFP4 ? kDim / 16 : 0;
+  static constexpr int kScalesAt = kKeys * S::kStride;
+  static constexpr int kBytes = kScalesAt + kKeys * kScaleBytes;
+  static constexpr int kUnitsPerRow = S::kRowBytes / 16;  // 16-byte copies
+  static_assert(32 % kUnitsPerRow == 0 || kUnitsPerRow == 32, "a warp's copy round covers whole rows");
+  // BF16 chunks are 10 KiB (at head_dim 128) and the bytes, not the instructions, bound them.
+  static constexpr int kStages = D == PageDType::kBF16 ? 2 : 3;
+  static_assert(S::kRowBytes % 16 == 0, "rows of whole 16-byte copies");
+  static_assert(kScalesAt % 16 == 0 && kBytes % 16 == 0, "16-byte aligned regions");
+};
+
+template <int kBytes>
+__device__ __forceinline__ void cp_async_small(void* dst, const void* src) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async sizes");
+  if constexpr (kBytes == 16) {
+    cp_async16(dst, src);
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(tc::smem_addr(dst)), "l"(src), "n"(kBytes)
+                 : "memory");
+  }
+}
+
+// One warp's pages of the CTA's blocks (first + warp, then every kWarps-th), chunk by chunk:
+// kStages - 1 chunks in flight while one is scored. A chunk's rows past the visible keys are
+// copies of its last visible row, which leave every block maximum as it is (no masking). Pages
+// outside the pool have no chunks. Every call is warp-uniform.
+template <PageDType D, int kDim>
+struct WarpChunks {
+  using C = Chunk<D, kDim>;
+  static constexpr int kU = C::kUnitsPerRow;
+  const IndexerArgs& a;
+  uint8_t* ring;  // this warp's kStages chunks
+  int64_t seq, pos, end;
+  int lane;
+  // The next chunk to copy: its block, where its rows start, and how many keys of the page are
+  // left from there.
+  int64_t issue_block;
+  const uint8_t* issue_codes = nullptr;
+  const uint8_t* issue_scales = nullptr;
+  int issue_keys = 0, issue_slot = 0, read_slot = 0;
+
+  __device__ const uint8_t* page(int64_t b) const { return block_page(a, seq, b); }
+  __device__ int chunks(int64_t b) const { return (block_keys(a, pos, b) + C::kKeys - 1) / C::kKeys; }
+
+  __device__ void find_page() {
+    for (; issue_block < end; issue_block += kWarps) {
+      const uint8_t* p = page(issue_block);
+      if (p != nullptr) {
+        issue_codes = p + a.codes_offset + 16 * lane;
+        issue_scales = p + a.scales_offset;
+        issue_keys = block_keys(a, pos, issue_block);
+        return;
+      }
+    }
+  }
+  // The chunk's rows into a slot. Copy i of a lane is 16-byte unit lane + 32 i of the chunk's
+  // codes: a warp's copy covers 512 contiguous bytes, and in a full chunk (the common case)
+  // every address is a lane base plus a constant.
+  __device__ void copy(uint8_t* dst) const {
+    uint8_t* lane_dst = dst + lane / kU * C::S::kStride + 16 * (lane % kU);
+    if (issue_keys >= C::kKeys) {
+#pragma unroll
+      for (int i = 0; i < kU; ++i) cp_async16(lane_dst + 32 / kU * i * C::S::kStride, issue_codes + 512 * i);
+    } else {
+      const uint8_t* lane_codes = issue_codes - 16 * (lane - lane % kU);  // this lane's part of row 0
+#pragma unroll
+      for (int i = 0; i < kU; ++i) {
+        const int row = (lane + 32 * i) / kU, from = row < issue_keys ? row : issue_keys - 1;
+        cp_async16(lane_dst + 32 / kU * i * C::S::kStride, lane_codes + from * C::S::kRowBytes);
+      }
+    }
+    if constexpr (C::kScaleBytes > 0) {
+      const int from = lane < issue_keys ? lane : issue_keys - 1;
+      cp_async_small<C::kScaleBytes>(dst + C::kScalesAt + lane * C::kScaleBytes, issue_scales + from * C::kScaleBytes);
+    }
+  }
+  __device__ void issue() {
+    if (issue_block < end) {
+      copy(ring + issue_slot * C::kBytes);
+      issue_keys -= C::kKeys;
+      if (issue_keys > 0) {
+        issue_codes += C::kKeys * C::S::kRowBytes;
+        issue_scales += C::kKeys * C::kScaleBytes;
+      } else {
+        issue_block += kWarps;
+        find_page();
+      }
+    }
+    cp_async_commit();  // one group per chunk, empty ones included, so the counts below hold
+    issue_slot = issue_slot + 1 == C::kStages ? 0 : issue_slot + 1;
+  }
+  __device__ void start() {
+    find_page();
+#pragma unroll
+    for (int k = 0; k + 1 < C::kStages; ++k) issue();
+  }
+  // The next chunk in the warp's order, after refilling the slot of the one before it.
+  __device__ const uint8_t* next() {
+    __syncwarp();  // every lane is done reading the slot issue() refills
+    issue();
+    cp_async_wait<C::kStages - 1>();
+    __syncwarp();  // every lane's copies of this chunk have landed
+    const uint8_t* here = ring + read_slot * C::kBytes;
+    read_slot = read_slot + 1 == C::kStages ? 0 : read_slot + 1;
+    return here;
+  }
+};
+
 // Grid (tokens, splits), as the exact kernel's. Shared memory: the B fragments
-// [kPasses][kSteps][32 lanes] (b0, b1), then the page stages. kPasses passes of 4 heads (1, 2
-// or 4; heads past a.heads are zero columns): a compile-time count keeps the per-tile epilogue
-// to the heads there are.
+// [kPasses][kSteps][32 lanes] (b0, b1), then each warp's chunk ring. kPasses passes of 4 heads
+// (1, 2 or 4; heads past a.heads are zero columns): a compile-time count keeps the per-tile
+// epilogue to the heads there are. Each warp scores whole pages, so a block's maximum never
+// leaves the warp.
 template <PageDType D, int kDim, int kPasses>
 __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(IndexerArgs a) {
   using S = Split<D, kDim>;
-  using R = typename S::Rows;
+  using C = Chunk<D, kDim>;
   extern __shared__ uint4 smem[];
-  __shared__ float partial[kWarps][kMmaMaxHeads];
   const int64_t t = blockIdx.x;
   uint2* q_frag = reinterpret_cast<uint2*>(smem);
-  uint8_t* stages = reinterpret_cast<uint8_t*>(q_frag + kPasses * S::kSteps * 32);
+  uint8_t* rings = reinterpret_cast<uint8_t*>(q_frag + kPasses * S::kSteps * 32);
   const float* q = a.index_q + t * a.heads * kDim;
   // FP16 MMAs: each head's query times 2^shift, its largest magnitude in [2^14, 2^15) (exact,
   // and far from FP16's 65504); the block maxima are scaled back by the inverse.
@@ -150,71 +261,79 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
     }
     q_frag[i] = make_uint2(half[0], half[1]);
   }
+  __syncthreads();  // q_frag written by every thread
   // With one pass the B fragments fit in registers (2 per k-step) and are not re-read from
   // shared memory for every tile.
   uint2 b_frag[kPasses == 1 ? S::kSteps : 1];
   if constexpr (kPasses == 1) {
-    __syncthreads();  // q_frag written by every thread
 #pragma unroll
     for (int j = 0; j < S::kSteps; ++j) b_frag[j] = q_frag[j * 32 + lane];
   }
-
-  const float kNegInf = __int_as_float(0xFF800000);
-  // NVFP4 keys were multiplied as value x 2^-14; FP8 ones without the per-layer scale.
+  // Lane 0 and 1 write heads 4p + 2 lane + e: their maxima go back by the query's power of two
+  // (NVFP4 keys were multiplied as value x 2^-14) and the FP8 per-layer scale.
   const float out_scale = D == PageDType::kFP8 ? a.scale : 1.0f;
   constexpr int kKeyShift = D == PageDType::kNVFP4 ? 14 : 0;
+  int out_shift[kPasses][2];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int h = p * kHeadsPerPass + 2 * (lane % 2) + e;
+      out_shift[p][e] = S::kF16 && h < a.heads ? kKeyShift - head_shift[h] : 0;
+    }
+  }
+
+  const float kNegInf = __int_as_float(0xFF800000);
   float* scores = a.scores + t * a.heads * a.max_blocks;
-  PageStream<R> pages = split_pages<R>(a, t, stages, scores);
-  pages.start();
+  const BlockRange range = split_blocks(a, t, scores);
+  WarpChunks<D, kDim> stream{a, rings + warp * C::kStages * C::kBytes, a.seq_of_token[t], a.positions[t], range.end,
+                             lane, range.first + warp};
+  stream.start();
   const int c = lane % 4, group = lane / 4;
-  for (int64_t b = pages.first; b < pages.end; ++b) {
-    const uint8_t* rows = pages.wait(b);  // this page, written by every thread
-    const bool readable = pages.page(b) != nullptr;
-    const int keys = pages.keys(b);
-    const uint8_t* scale_rows = rows + R::scales_at(a.page_tokens);
+  for (int64_t b = range.first + warp; b < range.end; b += kWarps) {
     // Thread (group, c) keeps the maxima of heads 2c, 2c + 1 of each pass (lanes with c < 2
     // hold the answer; c = 2, 3 hold the same sums).
     float best[kPasses][2];
 #pragma unroll
     for (int p = 0; p < kPasses; ++p) best[p][0] = best[p][1] = kNegInf;
+    const int chunks = stream.page(b) != nullptr ? stream.chunks(b) : 0;
+    for (int k = 0; k < chunks; ++k) {
+      const uint8_t* rows = stream.next();
+      const uint8_t* scale_rows = rows + C::kScalesAt;
 #pragma unroll
-    for (int tile = 0; tile < kTilesPerWarp; ++tile) {
-      const int row0 = (warp * kTilesPerWarp + tile) * kTile;
-      if (!readable || row0 >= keys) continue;  // warp-uniform
-      float acc[kPasses][4] = {};
+      for (int tile = 0; tile < C::kKeys / kTile; ++tile) {
+        float acc[kPasses][4] = {};
 #pragma unroll
-      for (int u = 0; u < S::kUnits; ++u) {
-        uint32_t x[2][S::kUnitValues / 2];
+        for (int u = 0; u < S::kUnits; ++u) {
+          uint32_t x[2][S::kUnitValues / 2];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = row0 + group + 8 * r;
-          unit_to_pairs<D, kDim>(rows + row * R::kCodeStride + (c + 4 * u) * S::kUnit,
-                                scale_rows + row * R::kScaleBytes + (c + 4 * u) * S::kScalesPerUnit, x[r]);
-        }
+          for (int r = 0; r < 2; ++r) {
+            const int row = tile * kTile + group + 8 * r;
+            unit_to_pairs<D, kDim>(rows + row * S::kStride + (c + 4 * u) * S::kUnit,
+                                  scale_rows + row * C::kScaleBytes + (c + 4 * u) * S::kScalesPerUnit, x[r]);
+          }
 #pragma unroll
-        for (int s = 0; s < S::kStepsPerUnit; ++s) {
-          const uint32_t frag[4] = {x[0][2 * s], x[1][2 * s], x[0][2 * s + 1], x[1][2 * s + 1]};
+          for (int s = 0; s < S::kStepsPerUnit; ++s) {
+            const uint32_t frag[4] = {x[0][2 * s], x[1][2 * s], x[0][2 * s + 1], x[1][2 * s + 1]};
 #pragma unroll
-          for (int p = 0; p < kPasses; ++p) {
-            const int step = u * S::kStepsPerUnit + s;
-            uint2 bq;
-            if constexpr (kPasses == 1) bq = b_frag[step];
-            else bq = q_frag[(p * S::kSteps + step) * 32 + lane];
-            if constexpr (S::kF16) tc::mma_m16n8k16_f16(acc[p], frag, bq.x, bq.y);
-            else tc::mma_m16n8k16(acc[p], frag, bq.x, bq.y);
+            for (int p = 0; p < kPasses; ++p) {
+              const int step = u * S::kStepsPerUnit + s;
+              uint2 bq;
+              if constexpr (kPasses == 1) bq = b_frag[step];
+              else bq = q_frag[(p * S::kSteps + step) * 32 + lane];
+              if constexpr (S::kF16) tc::mma_m16n8k16_f16(acc[p], frag, bq.x, bq.y);
+              else tc::mma_m16n8k16(acc[p], frag, bq.x, bq.y);
+            }
           }
         }
-      }
-      const bool valid0 = row0 + group < keys, valid1 = row0 + group + 8 < keys;
 #pragma unroll
-      for (int p = 0; p < kPasses; ++p) {
+        for (int p = 0; p < kPasses; ++p) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[p][e] += __shfl_xor_sync(0xFFFFFFFFu, acc[p][e], 2);  // hi + lo
-        // fmaxf skips a NaN dot product (a NaN key), as the CPU's std::max(best, dot) does.
-        best[p][0] = fmaxf(best[p][0], valid0 ? acc[p][0] : kNegInf);
-        best[p][1] = fmaxf(best[p][1], valid0 ? acc[p][1] : kNegInf);
-        best[p][0] = fmaxf(best[p][0], valid1 ? acc[p][2] : kNegInf);
-        best[p][1] = fmaxf(best[p][1], valid1 ? acc[p][3] : kNegInf);
+          for (int e = 0; e < 4; ++e) acc[p][e] += __shfl_xor_sync(0xFFFFFFFFu, acc[p][e], 2);  // hi + lo
+          // fmaxf skips a NaN dot product (a NaN key), as the CPU's std::max(best, dot) does.
+          best[p][0] = fmaxf(best[p][0], fmaxf(acc[p][0], acc[p][2]));
+          best[p][1] = fmaxf(best[p][1], fmaxf(acc[p][1], acc[p][3]));
+        }
       }
     }
 #pragma unroll
@@ -224,16 +343,13 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
 #pragma unroll
         for (int offset = 4; offset < 32; offset <<= 1)
           best[p][e] = fmaxf(best[p][e], __shfl_xor_sync(0xFFFFFFFFu, best[p][e], offset));
-        if (lane < 2) partial[warp][p * kHeadsPerPass + 2 * lane + e] = best[p][e];
+        const int h = p * kHeadsPerPass + 2 * lane + e;
+        if (lane < 2 && h < a.heads) {
+          float m = best[p][e];
+          if constexpr (S::kF16) m = ldexpf(m, out_shift[p][e]);
+          scores[h * a.max_blocks + b] = m * out_scale;
+        }
       }
-    }
-    __syncthreads();  // partial written; every thread is done with this stage
-    if (static_cast<int>(threadIdx.x) < a.heads) {
-      float m = partial[0][threadIdx.x];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w) m = fmaxf(m, partial[w][threadIdx.x]);
-      if constexpr (S::kF16) m = ldexpf(m, kKeyShift - head_shift[threadIdx.x]);
-      scores[threadIdx.x * a.max_blocks + b] = m * out_scale;
     }
   }
   cp_async_wait<0>();  // nothing may be left in flight at exit
@@ -242,9 +358,9 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
 template <PageDType D, int kDim, int kPasses>
 ScoreVariant variant(const IndexerArgs& a) {
   using S = Split<D, kDim>;
+  using C = Chunk<D, kDim>;
   const size_t frag_bytes = static_cast<size_t>(kPasses) * S::kSteps * 32 * sizeof(uint2);
-  return {indexer_score_mma_kernel<D, kDim, kPasses>,
-          frag_bytes + static_cast<size_t>(S::Rows::kStages) * S::Rows::stage_bytes(a.page_tokens)};
+  return {indexer_score_mma_kernel<D, kDim, kPasses>, frag_bytes + static_cast<size_t>(kWarps) * C::kStages * C::kBytes};
 }
 
 template <PageDType D, int kDim>

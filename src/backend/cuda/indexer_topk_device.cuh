@@ -58,6 +58,18 @@ __device__ __forceinline__ void stage_page(const IndexerArgs& a, const uint8_t* 
   }
 }
 
+// Block b of sequence seq: its page, or nullptr for a page outside the pool (which is not read;
+// the kernels score it as an empty block).
+__device__ __forceinline__ const uint8_t* block_page(const IndexerArgs& a, int64_t seq, int64_t b) {
+  const int64_t p = a.block_tables[seq * a.max_blocks + b];
+  return p >= 0 && p < a.num_pages ? a.pool + p * a.page_bytes : nullptr;
+}
+// The keys of block b that a query at position pos sees (b must be visible: at least 1).
+__device__ __forceinline__ int block_keys(const IndexerArgs& a, int64_t pos, int64_t b) {
+  const int64_t k = pos + 1 - b * a.page_tokens;
+  return static_cast<int>(k < a.page_tokens ? k : a.page_tokens);
+}
+
 // A scoring CTA's pages [first, end) of one sequence, streamed through R::kStages stages:
 // kStages - 1 pages in flight while one is scored. Every call is CTA-uniform. A page outside
 // the pool is not read (the kernels score it as an empty block). The stage of the page being
@@ -70,14 +82,8 @@ struct PageStream {
   int stage_bytes;
   int slot = 0;  // the stage of the next page wait() returns
 
-  __device__ const uint8_t* page(int64_t b) const {
-    const int64_t p = a.block_tables[seq * a.max_blocks + b];
-    return p >= 0 && p < a.num_pages ? a.pool + p * a.page_bytes : nullptr;
-  }
-  __device__ int keys(int64_t b) const {
-    const int64_t k = pos + 1 - b * a.page_tokens;
-    return static_cast<int>(k < a.page_tokens ? k : a.page_tokens);
-  }
+  __device__ const uint8_t* page(int64_t b) const { return block_page(a, seq, b); }
+  __device__ int keys(int64_t b) const { return block_keys(a, pos, b); }
   __device__ void issue(int64_t b, int stage) const {
     if (b < end) {
       const uint8_t* p = page(b);
@@ -111,11 +117,13 @@ __device__ __forceinline__ int64_t visible_blocks(const IndexerArgs& a, int64_t 
   return blocks < a.max_blocks ? blocks : a.max_blocks;
 }
 
-// The pages of token t that this CTA scores: blocks [y, y + 1) * blocks_per_split (y =
-// blockIdx.y), up to the visible ones. The split's blocks past the visible ones get -inf in
-// `scores` (the token's [heads, max_blocks]) here, since no page of theirs is scored.
-template <typename R>
-__device__ __forceinline__ PageStream<R> split_pages(const IndexerArgs& a, int64_t t, uint8_t* stages, float* scores) {
+// The blocks of token t that this CTA scores: [y, y + 1) * blocks_per_split (y = blockIdx.y),
+// up to the visible ones. The split's blocks past the visible ones get -inf in `scores` (the
+// token's [heads, max_blocks]) here, since no page of theirs is scored.
+struct BlockRange {
+  int64_t first, end;
+};
+__device__ __forceinline__ BlockRange split_blocks(const IndexerArgs& a, int64_t t, float* scores) {
   const int64_t first = static_cast<int64_t>(blockIdx.y) * a.blocks_per_split;
   const int64_t end = first + a.blocks_per_split < a.max_blocks ? first + a.blocks_per_split : a.max_blocks;
   const int64_t visible = visible_blocks(a, t);
@@ -123,7 +131,13 @@ __device__ __forceinline__ PageStream<R> split_pages(const IndexerArgs& a, int64
   for (int64_t b = scored_end > first ? scored_end : first; b < end; ++b) {
     for (int h = threadIdx.x; h < a.heads; h += kScoreThreads) scores[h * a.max_blocks + b] = __int_as_float(0xFF800000);
   }
-  return PageStream<R>{a, stages, a.seq_of_token[t], a.positions[t], first, scored_end, R::stage_bytes(a.page_tokens)};
+  return {first, scored_end};
+}
+
+template <typename R>
+__device__ __forceinline__ PageStream<R> split_pages(const IndexerArgs& a, int64_t t, uint8_t* stages, float* scores) {
+  const BlockRange r = split_blocks(a, t, scores);
+  return PageStream<R>{a, stages, a.seq_of_token[t], a.positions[t], r.first, r.end, R::stage_bytes(a.page_tokens)};
 }
 
 }  // namespace fp4::cuda::detail

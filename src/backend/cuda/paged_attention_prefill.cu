@@ -63,7 +63,10 @@ struct Smem {
 struct Plan {
   Round rounds[kRounds];
   int count;
-  int selection[kWarps][kMaxPrefillSelection];  // sparse: each warp's block ids, ascending
+  // Sparse: each warp's block ids, ascending. Rows start 16-byte aligned: the rank sort's
+  // vector loads would otherwise take the int before a warp's row, the previous warp's last
+  // entry, while that warp writes it (a race on a value never used, but a race).
+  alignas(16) int selection[kWarps][kMaxPrefillSelection];
   int cursor[kWarps], end[kWarps];              // the next list entry and the list's end
   int seq[kWarps], pos[kWarps];
   int live;                                     // warps with a token still to read blocks
