@@ -269,19 +269,10 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
 #pragma unroll
     for (int j = 0; j < S::kSteps; ++j) b_frag[j] = q_frag[j * 32 + lane];
   }
-  // Lane 0 and 1 write heads 4p + 2 lane + e: their maxima go back by the query's power of two
+  // Lanes 0 and 1 write heads 4p + 2 lane + e: their maxima go back by the query's power of two
   // (NVFP4 keys were multiplied as value x 2^-14) and the FP8 per-layer scale.
   const float out_scale = D == PageDType::kFP8 ? a.scale : 1.0f;
   constexpr int kKeyShift = D == PageDType::kNVFP4 ? 14 : 0;
-  int out_shift[kPasses][2];
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int h = p * kHeadsPerPass + 2 * (lane % 2) + e;
-      out_shift[p][e] = S::kF16 && h < a.heads ? kKeyShift - head_shift[h] : 0;
-    }
-  }
 
   const float kNegInf = __int_as_float(0xFF800000);
   float* scores = a.scores + t * a.heads * a.max_blocks;
@@ -346,7 +337,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
         const int h = p * kHeadsPerPass + 2 * lane + e;
         if (lane < 2 && h < a.heads) {
           float m = best[p][e];
-          if constexpr (S::kF16) m = ldexpf(m, out_shift[p][e]);
+          if constexpr (S::kF16) m = ldexpf(m, kKeyShift - head_shift[h]);
           scores[h * a.max_blocks + b] = m * out_scale;
         }
       }
