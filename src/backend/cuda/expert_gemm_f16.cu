@@ -232,15 +232,15 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
           const uint4 c = s.codes[feature][swizzled_chunk(feature, 4 * b + tig)];
           const uint32_t two = *reinterpret_cast<const uint16_t*>(&s.scales[feature][8 * b + 2 * tig]);
           const uint32_t sf = tc::e4m3x2_to_f16x2(two);  // the scales of values 0-15 and 16-31
-          const uint32_t sf_lo = tc::prmt(sf, 0, 0x1010), sf_hi = tc::prmt(sf, 0, 0x3232);
           const uint32_t w[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
           for (int i = 0; i < 4; ++i) {  // word i: stored values 8i .. 8i + 7 of the lane's 32
             uint32_t pairs[4];            // (v0, v2), (v4, v6), (v1, v3), (v5, v7), times 2^-14
             tc::e2m1x8_to_f16x2_permuted(w[i], pairs);
-            const uint32_t scale = i < 2 ? sf_lo : sf_hi;
 #pragma unroll
-            for (int q = 0; q < 4; ++q) pairs[q] = tc::mul_f16x2(pairs[q], scale);  // exact
+            for (int q = 0; q < 4; ++q) {  // exact
+              pairs[q] = i < 2 ? tc::mul_f16x2_by_half<0>(pairs[q], sf) : tc::mul_f16x2_by_half<1>(pairs[q], sf);
+            }
             // k-step 2i: slots (2tig, 2tig + 1) hold values 0, 2 and (2tig + 8, + 9) 1, 3;
             // k-step 2i + 1 the same with 4 .. 7. x16 is stored in that order.
             a[2 * i][f] = pairs[0];

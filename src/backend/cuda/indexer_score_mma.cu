@@ -87,11 +87,13 @@ __device__ __forceinline__ void unit_to_pairs(const uint8_t* codes, const uint8_
     const uint32_t sf2 = tc::e4m3x2_to_f16x2(S::kScalesPerUnit == 2 ? *reinterpret_cast<const uint16_t*>(scales)
                                                                     : uint32_t{scales[0]});
 #pragma unroll
-    for (int i = 0; i < S::kUnit / 4; ++i) {  // word i: 8 codes, block i / 2
-      const uint32_t sf = tc::prmt(sf2, 0, i / 2 == 0 ? 0x1010 : 0x3232);  // that block's scale, twice
+    for (int i = 0; i < S::kUnit / 4; ++i) {  // word i: 8 codes, block i / 2 (sf2's half i / 2)
       tc::e2m1x8_to_f16x2_permuted(w[i], &out[4 * i]);  // values 0, 2 | 4, 6 | 1, 3 | 5, 7
 #pragma unroll
-      for (int e = 0; e < 4; ++e) out[4 * i + e] = tc::mul_f16x2(out[4 * i + e], sf);
+      for (int e = 0; e < 4; ++e) {
+        out[4 * i + e] = i / 2 == 0 ? tc::mul_f16x2_by_half<0>(out[4 * i + e], sf2)
+                                    : tc::mul_f16x2_by_half<1>(out[4 * i + e], sf2);
+      }
     }
   }
 }

@@ -60,6 +60,15 @@ __device__ __forceinline__ uint32_t mul_f16x2(uint32_t a, uint32_t b) {
   return d;
 }
 
+// a times one half of `pair` (kHalf 0: the low one), broadcast to both lanes: one HMUL2 with a
+// .H0_H0 / .H1_H1 operand, where a prmt would first have to copy the half.
+template <int kHalf>
+__device__ __forceinline__ uint32_t mul_f16x2_by_half(uint32_t a, uint32_t pair) {
+  const __half2 x = *reinterpret_cast<const __half2*>(&a), p = *reinterpret_cast<const __half2*>(&pair);
+  const __half2 r = __hmul2(x, kHalf == 0 ? __low2half2(p) : __high2half2(p));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
 // 16 bytes to shared memory; zero-filled when !full.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool full) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
