@@ -1,6 +1,6 @@
 // What the two scoring kernels of the MSA indexer share (indexer_topk.cu: exact FP32 on CUDA
-// cores; indexer_score_mma.cu: BF16 tensor cores): the shared-memory image of a page's
-// index-K rows and its asynchronous staging, and the visible-block count.
+// cores; indexer_score_mma.cu: tensor cores): a block's page and visible keys, the CTA's range of
+// blocks, 16-byte cp.async; and the exact kernel's CTA-wide page staging.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,11 +12,12 @@
 
 namespace fp4::cuda::detail {
 
-// Shared-memory image of one page's key rows: codes [page_tokens][kCodeStride] (the stride
-// chosen by each kernel for conflict-free reads), then the NVFP4 block scales
+// The exact kernel's shared-memory image of one page's key rows: codes [page_tokens][kCodeStride] (the stride
+// chosen for conflict-free reads), then the NVFP4 block scales
 // [page_tokens][kScaleBytes].
-template <kvcache::PageDType D, int kDim, int kStride, int kStageBudget = 96 * 1024>
+template <kvcache::PageDType D, int kDim, int kStride>
 struct PageRows {
+  static constexpr int kStageBudget = 96 * 1024;
   static constexpr int kCodeBytes = static_cast<int>(kvcache::page_code_bytes(D, kDim));
   static constexpr int kScaleBytes = D == kvcache::PageDType::kNVFP4 ? kDim / 16 : 0;
   static constexpr int kCodeStride = kStride;
