@@ -12,9 +12,9 @@
 
 namespace fp4::cuda::detail {
 
-// The exact kernel's shared-memory image of one page's key rows: codes [page_tokens][kCodeStride] (the stride
-// chosen for conflict-free reads), then the NVFP4 block scales
-// [page_tokens][kScaleBytes].
+// The exact kernel's shared-memory image of one page's key rows: codes
+// [page_tokens][kCodeStride] (the stride chosen for conflict-free reads), then the NVFP4 block
+// scales [page_tokens][kScaleBytes].
 template <kvcache::PageDType D, int kDim, int kStride>
 struct PageRows {
   static constexpr int kStageBudget = 96 * 1024;
