@@ -119,12 +119,9 @@ struct Chunk {
 template <int kBytes>
 __device__ __forceinline__ void cp_async_small(void* dst, const void* src) {
   static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async sizes");
-  if constexpr (kBytes == 16) {
-    cp_async16(dst, src);
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(tc::smem_addr(dst)), "l"(src), "n"(kBytes)
-                 : "memory");
-  }
+  if constexpr (kBytes == 16) cp_async16(dst, src);
+  else if constexpr (kBytes == 8) tc::cp_async8(dst, src);
+  else tc::cp_async4(dst, src);
 }
 
 // One warp's pages of the CTA's blocks (first + warp, then every kWarps-th), chunk by chunk:

@@ -82,9 +82,12 @@ __device__ __forceinline__ void cp_async16_prefix(void* dst, const void* src, in
                : "memory");
 }
 
-// 8 bytes to shared memory (cp.async.cg takes 16 only).
+// 8 or 4 bytes to shared memory (cp.async.cg takes 16 only).
 __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
