@@ -126,35 +126,47 @@ __device__ __forceinline__ void cp_async_small(void* dst, const void* src) {
 
 // One warp's pages of the CTA's blocks (first + warp, then every kWarps-th), chunk by chunk:
 // kStages - 1 chunks in flight while one is scored. A chunk's rows past the visible keys are
-// copies of its last visible row, which leave every block maximum as it is (no masking). Pages
-// outside the pool have no chunks. Every call is warp-uniform.
+// copies of its last visible row, which leave every block maximum as it is (no masking). The
+// copy cursor reads each page's block-table entry one page ahead, so that finishing a page
+// never waits on a load; a page outside the pool has no chunks, and its block is written as
+// -inf as the cursor passes it. Each chunk in flight carries a tag (kMore, or its block when
+// it is its page's last), so the scoring loop needs no block table either. Every call is
+// warp-uniform.
 template <PageDType D, int kDim>
 struct WarpChunks {
   using C = Chunk<D, kDim>;
   static constexpr int kU = C::kUnitsPerRow;
+  static constexpr int kMore = -1, kNone = -2;  // tags: a page's chunk before its last; past the end
   const IndexerArgs& a;
-  uint8_t* ring;  // this warp's kStages chunks
-  int64_t seq, pos, end;
-  int lane;
-  // The next chunk to copy: its block, where its rows start, and how many keys of the page are
-  // left from there.
-  int64_t issue_block;
+  uint8_t* ring;             // this warp's kStages chunks
+  const int32_t* table;      // the sequence's block-table row
+  float* scores;             // the token's [heads, max_blocks]
+  int64_t pos;
+  int end, lane;
+  // The next chunk to copy: its block, this lane's first code unit and scale row, and how many
+  // keys of the page are left from there; the entry of the warp's block after it.
+  int issue_block;
+  int next_entry = -1;
   const uint8_t* issue_codes = nullptr;
   const uint8_t* issue_scales = nullptr;
   int issue_keys = 0, issue_slot = 0, read_slot = 0;
+  int tags[C::kStages - 1];  // of the chunks in flight, oldest first
 
-  __device__ const uint8_t* page(int64_t b) const { return block_page(a, seq, b); }
-  __device__ int chunks(int64_t b) const { return (block_keys(a, pos, b) + C::kKeys - 1) / C::kKeys; }
-
-  __device__ void find_page() {
+  // From issue_block on (entry: its block-table entry), the first block whose page is in the
+  // pool becomes the copy cursor's.
+  __device__ void find_page(int entry) {
     for (; issue_block < end; issue_block += kWarps) {
-      const uint8_t* p = page(issue_block);
-      if (p != nullptr) {
+      const int following = issue_block + kWarps;
+      next_entry = following < end ? table[following] : -1;  // waited on one page later
+      if (entry >= 0 && entry < a.num_pages) {
+        const uint8_t* p = a.pool + entry * a.page_bytes;
         issue_codes = p + a.codes_offset + 16 * lane;
-        issue_scales = p + a.scales_offset;
+        issue_scales = p + a.scales_offset + lane * C::kScaleBytes;
         issue_keys = block_keys(a, pos, issue_block);
         return;
       }
+      if (lane < a.heads) scores[lane * a.max_blocks + issue_block] = __int_as_float(0xFF800000);
+      entry = next_entry;
     }
   }
   // The chunk's rows into a slot. Copy i of a lane is 16-byte unit lane + 32 i of the chunk's
@@ -162,9 +174,11 @@ struct WarpChunks {
   // every address is a lane base plus a constant.
   __device__ void copy(uint8_t* dst) const {
     uint8_t* lane_dst = dst + lane / kU * C::S::kStride + 16 * (lane % kU);
+    uint8_t* scale_dst = dst + C::kScalesAt + lane * C::kScaleBytes;
     if (issue_keys >= C::kKeys) {
 #pragma unroll
       for (int i = 0; i < kU; ++i) cp_async16(lane_dst + 32 / kU * i * C::S::kStride, issue_codes + 512 * i);
+      if constexpr (C::kScaleBytes > 0) cp_async_small<C::kScaleBytes>(scale_dst, issue_scales);
     } else {
       const uint8_t* lane_codes = issue_codes - 16 * (lane - lane % kU);  // this lane's part of row 0
 #pragma unroll
@@ -172,36 +186,46 @@ struct WarpChunks {
         const int row = (lane + 32 * i) / kU, from = row < issue_keys ? row : issue_keys - 1;
         cp_async16(lane_dst + 32 / kU * i * C::S::kStride, lane_codes + from * C::S::kRowBytes);
       }
-    }
-    if constexpr (C::kScaleBytes > 0) {
-      const int from = lane < issue_keys ? lane : issue_keys - 1;
-      cp_async_small<C::kScaleBytes>(dst + C::kScalesAt + lane * C::kScaleBytes, issue_scales + from * C::kScaleBytes);
+      if constexpr (C::kScaleBytes > 0) {
+        const int from = lane < issue_keys ? lane : issue_keys - 1;
+        cp_async_small<C::kScaleBytes>(scale_dst, issue_scales + (from - lane) * C::kScaleBytes);
+      }
     }
   }
-  __device__ void issue() {
+  // Copies the cursor's chunk (if any) into the next slot and returns its tag.
+  __device__ int issue() {
+    int tag = kNone;
     if (issue_block < end) {
       copy(ring + issue_slot * C::kBytes);
       issue_keys -= C::kKeys;
       if (issue_keys > 0) {
         issue_codes += C::kKeys * C::S::kRowBytes;
         issue_scales += C::kKeys * C::kScaleBytes;
+        tag = kMore;
       } else {
+        tag = issue_block;
         issue_block += kWarps;
-        find_page();
+        find_page(next_entry);
       }
     }
     cp_async_commit();  // one group per chunk, empty ones included, so the counts below hold
     issue_slot = issue_slot + 1 == C::kStages ? 0 : issue_slot + 1;
+    return tag;
   }
-  __device__ void start() {
-    find_page();
+  __device__ void start(int first) {
+    issue_block = first;
+    find_page(first < end ? table[first] : -1);
 #pragma unroll
-    for (int k = 0; k + 1 < C::kStages; ++k) issue();
+    for (int k = 0; k + 1 < C::kStages; ++k) tags[k] = issue();
   }
-  // The next chunk in the warp's order, after refilling the slot of the one before it.
+  // The tag of the next chunk in the warp's order: kNone once the warp's pages are done.
+  __device__ int next_tag() const { return tags[0]; }
+  // That chunk, after refilling the slot of the one before it.
   __device__ const uint8_t* next() {
     __syncwarp();  // every lane is done reading the slot issue() refills
-    issue();
+#pragma unroll
+    for (int k = 0; k + 2 < C::kStages; ++k) tags[k] = tags[k + 1];
+    tags[C::kStages - 2] = issue();
     cp_async_wait<C::kStages - 1>();
     __syncwarp();  // every lane's copies of this chunk have landed
     const uint8_t* here = ring + read_slot * C::kBytes;
@@ -276,56 +300,54 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
   const float kNegInf = __int_as_float(0xFF800000);
   float* scores = a.scores + t * a.heads * a.max_blocks;
   const BlockRange range = split_blocks(a, t, scores);
-  WarpChunks<D, kDim> stream{a, rings + warp * C::kStages * C::kBytes, a.seq_of_token[t], a.positions[t], range.end,
-                             lane, range.first + warp};
-  stream.start();
+  WarpChunks<D, kDim> stream{a, rings + warp * C::kStages * C::kBytes, a.block_tables + a.seq_of_token[t] * a.max_blocks,
+                             scores, a.positions[t], static_cast<int>(range.end), lane};
+  stream.start(static_cast<int>(range.first) + warp);
   const int c = lane % 4, group = lane / 4;
-  for (int64_t b = range.first + warp; b < range.end; b += kWarps) {
-    // Thread (group, c) keeps the maxima of heads 2c, 2c + 1 of each pass (lanes with c < 2
-    // hold the answer; c = 2, 3 hold the same sums).
-    float best[kPasses][2];
+  // Thread (group, c) keeps the maxima of heads 2c, 2c + 1 of each pass (lanes with c < 2 hold
+  // the answer; c = 2, 3 hold the same sums).
+  float best[kPasses][2];
 #pragma unroll
-    for (int p = 0; p < kPasses; ++p) best[p][0] = best[p][1] = kNegInf;
-    const int chunks = stream.page(b) != nullptr ? stream.chunks(b) : 0;
-    for (int k = 0; k < chunks; ++k) {
-      const uint8_t* rows = stream.next();
-      const uint8_t* scale_rows = rows + C::kScalesAt;
+  for (int p = 0; p < kPasses; ++p) best[p][0] = best[p][1] = kNegInf;
+  for (int tag = stream.next_tag(); tag != WarpChunks<D, kDim>::kNone; tag = stream.next_tag()) {
+    const uint8_t* rows = stream.next();
+    const uint8_t* scale_rows = rows + C::kScalesAt;
 #pragma unroll
-      for (int tile = 0; tile < C::kKeys / kTile; ++tile) {
-        float acc[kPasses][4] = {};
+    for (int tile = 0; tile < C::kKeys / kTile; ++tile) {
+      float acc[kPasses][4] = {};
 #pragma unroll
-        for (int u = 0; u < S::kUnits; ++u) {
-          uint32_t x[2][S::kUnitValues / 2];
+      for (int u = 0; u < S::kUnits; ++u) {
+        uint32_t x[2][S::kUnitValues / 2];
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int row = tile * kTile + group + 8 * r;
-            unit_to_pairs<D, kDim>(rows + row * S::kStride + (c + 4 * u) * S::kUnit,
-                                  scale_rows + row * C::kScaleBytes + (c + 4 * u) * S::kScalesPerUnit, x[r]);
-          }
-#pragma unroll
-          for (int s = 0; s < S::kStepsPerUnit; ++s) {
-            const uint32_t frag[4] = {x[0][2 * s], x[1][2 * s], x[0][2 * s + 1], x[1][2 * s + 1]};
-#pragma unroll
-            for (int p = 0; p < kPasses; ++p) {
-              const int step = u * S::kStepsPerUnit + s;
-              uint2 bq;
-              if constexpr (kPasses == 1) bq = b_frag[step];
-              else bq = q_frag[(p * S::kSteps + step) * 32 + lane];
-              if constexpr (S::kF16) tc::mma_m16n8k16_f16(acc[p], frag, bq.x, bq.y);
-              else tc::mma_m16n8k16(acc[p], frag, bq.x, bq.y);
-            }
-          }
+        for (int r = 0; r < 2; ++r) {
+          const int row = tile * kTile + group + 8 * r;
+          unit_to_pairs<D, kDim>(rows + row * S::kStride + (c + 4 * u) * S::kUnit,
+                                scale_rows + row * C::kScaleBytes + (c + 4 * u) * S::kScalesPerUnit, x[r]);
         }
 #pragma unroll
-        for (int p = 0; p < kPasses; ++p) {
+        for (int s = 0; s < S::kStepsPerUnit; ++s) {
+          const uint32_t frag[4] = {x[0][2 * s], x[1][2 * s], x[0][2 * s + 1], x[1][2 * s + 1]};
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[p][e] += __shfl_xor_sync(0xFFFFFFFFu, acc[p][e], 2);  // hi + lo
-          // fmaxf skips a NaN dot product (a NaN key), as the CPU's std::max(best, dot) does.
-          best[p][0] = fmaxf(best[p][0], fmaxf(acc[p][0], acc[p][2]));
-          best[p][1] = fmaxf(best[p][1], fmaxf(acc[p][1], acc[p][3]));
+          for (int p = 0; p < kPasses; ++p) {
+            const int step = u * S::kStepsPerUnit + s;
+            uint2 bq;
+            if constexpr (kPasses == 1) bq = b_frag[step];
+            else bq = q_frag[(p * S::kSteps + step) * 32 + lane];
+            if constexpr (S::kF16) tc::mma_m16n8k16_f16(acc[p], frag, bq.x, bq.y);
+            else tc::mma_m16n8k16(acc[p], frag, bq.x, bq.y);
+          }
         }
       }
+#pragma unroll
+      for (int p = 0; p < kPasses; ++p) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[p][e] += __shfl_xor_sync(0xFFFFFFFFu, acc[p][e], 2);  // hi + lo
+        // fmaxf skips a NaN dot product (a NaN key), as the CPU's std::max(best, dot) does.
+        best[p][0] = fmaxf(best[p][0], fmaxf(acc[p][0], acc[p][2]));
+        best[p][1] = fmaxf(best[p][1], fmaxf(acc[p][1], acc[p][3]));
+      }
     }
+    if (tag < 0) continue;  // the page goes on in the next chunk
 #pragma unroll
     for (int p = 0; p < kPasses; ++p) {
 #pragma unroll
@@ -337,8 +359,9 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
         if (lane < 2 && h < a.heads) {
           float m = best[p][e];
           if constexpr (S::kF16) m = ldexpf(m, kKeyShift - head_shift[h]);
-          scores[h * a.max_blocks + b] = m * out_scale;
+          scores[h * a.max_blocks + tag] = m * out_scale;
         }
+        best[p][e] = kNegInf;
       }
     }
   }

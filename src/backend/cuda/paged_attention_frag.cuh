@@ -195,7 +195,7 @@ __device__ __forceinline__ void qk_from_slot(float s[2][4], const uint16_t* q_hi
   uint32_t raw[2][(kRun + 3) / 4];
 #pragma unroll
   for (int t = 0; t < 2; ++t) load_run<Slot, kRun>(plane, 8 * t + grp, tig * kRun, raw[t]);
-  [[maybe_unused]] uint32_t sf[2][2];  // NVFP4: block scales of the run, as FP16 pairs (j < 2, j >= 2)
+  [[maybe_unused]] uint32_t sf[2];  // NVFP4: the run's block scales as an FP16 pair (j < 2, j >= 2)
   if constexpr (F == KvFormat::kNVFP4) {
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
@@ -204,9 +204,7 @@ __device__ __forceinline__ void qk_from_slot(float s[2][4], const uint16_t* q_hi
       const int block = tig * (D / 4) / 16;
       const uint32_t bytes = D == 128 ? *reinterpret_cast<const uint16_t*>(scales + block)
                                       : uint32_t{scales[block]} * 0x0101u;
-      const uint32_t pair = e4m3x2_to_f16x2(bytes);
-      sf[t][0] = prmt(pair, 0, 0x1010);
-      sf[t][1] = prmt(pair, 0, 0x3232);
+      sf[t] = e4m3x2_to_f16x2(bytes);
     }
   }
 #pragma unroll
@@ -219,9 +217,14 @@ __device__ __forceinline__ void qk_from_slot(float s[2][4], const uint16_t* q_hi
       if constexpr (F == KvFormat::kNVFP4) {
         uint32_t x[4];
         e2m1x8_to_f16x2_permuted(raw[t][ks / 2], x);  // recomputed per k-step pair; folded by ptxas
-        const uint32_t scale = sf[t][ks / 2 >= 2];
-        b[t][0] = mul_f16x2(x[2 * (ks % 2)], scale);
-        b[t][1] = mul_f16x2(x[2 * (ks % 2) + 1], scale);
+        // The half of sf that holds this block's scale, as HMUL2's broadcast operand.
+        if (ks / 2 < 2) {
+          b[t][0] = mul_f16x2_by_half<0>(x[2 * (ks % 2)], sf[t]);
+          b[t][1] = mul_f16x2_by_half<0>(x[2 * (ks % 2) + 1], sf[t]);
+        } else {
+          b[t][0] = mul_f16x2_by_half<1>(x[2 * (ks % 2)], sf[t]);
+          b[t][1] = mul_f16x2_by_half<1>(x[2 * (ks % 2) + 1], sf[t]);
+        }
       } else {
         b[t][0] = e4m3x2_to_f16x2(raw[t][ks]);
         b[t][1] = e4m3x2_to_f16x2(raw[t][ks] >> 16);

@@ -82,9 +82,12 @@ __device__ __forceinline__ void softmax_step(const float s[2][4], int valid, con
     const float m_new = top > m[r] + kRescaleSlack || m[r] == neg_inf() ? fmaxf(m[r], top) : m[r];
     alpha[r] = rescale_factor(m[r], m_new);
     m[r] = m_new;
+    // Masked keys are -inf and weigh exp2(-inf) = 0 against a finite reference; a row that has
+    // seen only -inf keys (reference -inf) subtracts 0 instead, which keeps those weights 0.
+    const float m_ref = m_new == neg_inf() ? 0.0f : m_new;
     float p[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) p[e] = weight(x[e], m_new);
+    for (int e = 0; e < 4; ++e) p[e] = exp2_ftz(x[e] - m_ref);
     l[r] = l[r] * alpha[r] + ((p[0] + p[1]) + (p[2] + p[3]));  // this lane's share of the row
     split<kF16>(p[0], p[1], ph[r], pl[r]);
     split<kF16>(p[2], p[3], ph[2 + r], pl[2 + r]);
