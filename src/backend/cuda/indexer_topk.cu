@@ -222,87 +222,120 @@ __device__ __forceinline__ uint32_t orderable(float s) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// One warp per (head, token). The forced blocks are a prefix [0, init) and a suffix
-// [visible - local, visible); the free slots go to the best of the blocks in between, the
-// candidates. A radix select, 4 bits a pass from the top, finds T, the r-th largest candidate
-// key, and how many candidates equal to T to take: the ones of lowest id, the CPU's tie rule.
-// One pass over the blocks in id order then writes the selection already ascending. Each lane
-// counts its own elements into its own column of the warp's digit counters, so no atomics.
-__global__ void __launch_bounds__(kSelectWarps * 32) indexer_select_kernel(IndexerArgs a) {
-  constexpr int kLoads = 8;
-  __shared__ uint32_t counts[kSelectWarps][16][32];  // [warp][digit][lane]
+// How many threads of the CTA before this one have `flag` set (and, in `total`, how many in
+// all). Every thread of the CTA must call it; `warp_counts` is kSelectWarps ints of shared memory.
+__device__ __forceinline__ int cta_rank(bool flag, int* warp_counts, int& total) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t pair = static_cast<int64_t>(blockIdx.x) * kSelectWarps + warp;
-  if (pair >= a.tokens * a.heads) return;  // the whole warp: no block-wide barrier follows
-  const int64_t h = pair / a.tokens, t = pair % a.tokens;
+  const uint32_t votes = __ballot_sync(0xFFFFFFFFu, flag);
+  if (lane == 0) warp_counts[warp] = __popc(votes);
+  __syncthreads();
+  int before = 0;
+  total = 0;
+#pragma unroll
+  for (int w = 0; w < kSelectWarps; ++w) {
+    const int n = warp_counts[w];
+    before += w < warp ? n : 0;
+    total += n;
+  }
+  __syncthreads();  // every thread has read warp_counts before the next call rewrites them
+  return before + __popc(votes & ((1u << lane) - 1u));
+}
+
+// One CTA per (head, token). The forced blocks are a prefix [0, init) and a suffix
+// [visible - local, visible); the free slots go to the best of the blocks in between, the
+// candidates. A radix select, 8 bits a pass from the top over a shared histogram, finds T, the
+// r-th largest candidate key, and how many candidates equal to T to take: the ones of lowest
+// id, the CPU's tie rule. One pass over the blocks in id order, a CTA-wide rank per tile of
+// kSelectThreads blocks, then writes the selection already ascending.
+__global__ void __launch_bounds__(kSelectThreads) indexer_select_kernel(IndexerArgs a) {
+  constexpr int kBins = 256, kLoads = 4;
+  __shared__ uint32_t histogram[kBins];
+  __shared__ int warp_counts[kSelectWarps];
+  __shared__ uint32_t found[3];  // digit, candidates above it, candidates equal to it
+  const int64_t pair = blockIdx.x, h = pair / a.tokens, t = pair % a.tokens;
   int32_t* out = a.selected + pair * a.topk;  // (h * tokens + t) * topk
   const int64_t visible = visible_blocks(a, t);
   if (visible <= a.topk) {
-    for (int i = lane; i < a.topk; i += 32) out[i] = i < visible ? i : -1;
-    return;
+    for (int i = threadIdx.x; i < a.topk; i += kSelectThreads) out[i] = i < visible ? i : -1;
+    return;  // the whole CTA: no barrier follows
   }
   const float* scores = a.scores + (t * a.heads + h) * a.max_blocks;
   // visible > topk >= init + local, so the candidates [lo, hi) outnumber the free slots.
   const int64_t lo = a.init_blocks, hi = visible - a.local_blocks;
-  uint32_t* my_counts = &counts[warp][0][lane];
   uint32_t threshold = 0xFFFFFFFFu;  // above every key: no candidate, when no slot is free
   int remaining = a.topk - a.init_blocks - a.local_blocks;
+  uint32_t equal_to_threshold = 0;
   if (remaining > 0) {
     uint32_t prefix = 0, mask = 0;
-    for (int shift = 28; shift >= 0; shift -= 4) {
-#pragma unroll
-      for (int d = 0; d < 16; ++d) my_counts[32 * d] = 0;
-      // kLoads independent loads in flight per lane: the passes are bound by load latency.
-      for (int64_t b = lo + lane; b < hi; b += 32 * kLoads) {
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      for (int d = threadIdx.x; d < kBins; d += kSelectThreads) histogram[d] = 0;
+      __syncthreads();
+      // kLoads independent loads in flight a thread: the passes are bound by load latency.
+      for (int64_t b = lo + threadIdx.x; b < hi; b += kLoads * kSelectThreads) {
         uint32_t u[kLoads];
 #pragma unroll
-        for (int k = 0; k < kLoads; ++k) u[k] = b + 32 * k < hi ? orderable(__ldg(scores + b + 32 * k)) : 0u;
+        for (int k = 0; k < kLoads; ++k) u[k] = b + k * kSelectThreads < hi ? orderable(__ldg(scores + b + k * kSelectThreads)) : 0u;
 #pragma unroll
         for (int k = 0; k < kLoads; ++k) {
-          if (b + 32 * k < hi && (u[k] & mask) == prefix) ++my_counts[32 * ((u[k] >> shift) & 15u)];
+          if (b + k * kSelectThreads < hi && (u[k] & mask) == prefix) atomicAdd(&histogram[(u[k] >> shift) & (kBins - 1)], 1u);
         }
       }
-      __syncwarp();
-      // Lane d < 16 totals digit d, then counts the matching candidates of higher digits.
-      uint32_t total = 0;
-      if (lane < 16) {
-        for (int l = 0; l < 32; ++l) total += counts[warp][lane][l];
-      }
-      uint32_t at_or_above = total;
+      __syncthreads();
+      // Warp 0: lane l sums bins [8l, 8l + 8), the lanes above it the higher bins; the one lane
+      // whose bin d has fewer than `remaining` candidates above it and enough at or above it
+      // names the digit.
+      if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        uint32_t bins[kBins / 32], mine = 0;
 #pragma unroll
-      for (int offset = 1; offset < 16; offset <<= 1) {
-        const uint32_t v = __shfl_down_sync(0xFFFFFFFFu, at_or_above, offset);
-        if (lane + offset < 32) at_or_above += v;
+        for (int i = 0; i < kBins / 32; ++i) mine += bins[i] = histogram[lane * (kBins / 32) + i];
+        uint32_t at_or_above = mine;  // bins from 8 lane on
+#pragma unroll
+        for (int offset = 1; offset < 32; offset <<= 1) {
+          const uint32_t v = __shfl_down_sync(0xFFFFFFFFu, at_or_above, offset);
+          if (lane + offset < 32) at_or_above += v;
+        }
+        uint32_t above = at_or_above - mine;  // bins past this lane's
+#pragma unroll
+        for (int i = kBins / 32 - 1; i >= 0; --i) {
+          if (above < static_cast<uint32_t>(remaining) && static_cast<uint32_t>(remaining) <= above + bins[i]) {
+            found[0] = lane * (kBins / 32) + i;
+            found[1] = above;
+            found[2] = bins[i];
+          }
+          above += bins[i];
+        }
       }
-      const uint32_t above = at_or_above - total;
-      const bool digit_here = lane < 16 && above < static_cast<uint32_t>(remaining) &&
-                              static_cast<uint32_t>(remaining) <= at_or_above;
-      const int digit = __ffs(__ballot_sync(0xFFFFFFFFu, digit_here)) - 1;  // exactly one lane
-      remaining -= static_cast<int>(__shfl_sync(0xFFFFFFFFu, above, digit));
-      prefix |= static_cast<uint32_t>(digit) << shift;
-      mask |= 15u << shift;
-      __syncwarp();  // every lane has read the counters before they are cleared
+      __syncthreads();
+      const uint32_t digit = found[0];
+      remaining -= static_cast<int>(found[1]);
+      equal_to_threshold = found[2];
+      prefix |= digit << shift;
+      mask |= static_cast<uint32_t>(kBins - 1) << shift;
+      __syncthreads();  // found is read by every thread before the next pass writes it
     }
     threshold = prefix;  // take every candidate above it and `remaining` equal to it
   }
-  const uint32_t below_lane = (1u << lane) - 1u;
+  // Usually every candidate equal to T is taken (no tie at the boundary): then one rank a tile.
+  const bool take_all_equal = remaining > 0 && static_cast<uint32_t>(remaining) == equal_to_threshold;
   int written = 0, equal_seen = 0;
-  float next = lane < visible ? __ldg(scores + lane) : 0.0f;  // one load ahead
-  for (int64_t b0 = 0; b0 < visible; b0 += 32) {
-    const int64_t b = b0 + lane;
-    const float score = next;
-    if (b + 32 < visible) next = __ldg(scores + b + 32);
+  for (int64_t b0 = 0; b0 < visible; b0 += kSelectThreads) {
+    const int64_t b = b0 + threadIdx.x;
     const bool valid = b < visible;
     const bool forced = b < lo || b >= hi;
-    const uint32_t u = valid && !forced ? orderable(score) : 0u;
+    const uint32_t u = valid && !forced ? orderable(__ldg(scores + b)) : 0u;
     const bool equal = valid && !forced && u == threshold;
-    const uint32_t equal_mask = __ballot_sync(0xFFFFFFFFu, equal);
-    const bool take = valid && (forced || u > threshold ||
-                                (equal && equal_seen + __popc(equal_mask & below_lane) < remaining));
-    const uint32_t take_mask = __ballot_sync(0xFFFFFFFFu, take);
-    if (take) out[written + __popc(take_mask & below_lane)] = static_cast<int32_t>(b);
-    written += __popc(take_mask);
-    equal_seen += __popc(equal_mask);
+    bool take = valid && (forced || u > threshold || (equal && take_all_equal));
+    if (!take_all_equal) {
+      int equals = 0;
+      const int equal_rank = cta_rank(equal, warp_counts, equals);
+      take = take || (equal && equal_seen + equal_rank < remaining);
+      equal_seen += equals;
+    }
+    int taken = 0;
+    const int rank = cta_rank(take, warp_counts, taken);
+    if (take) out[written + rank] = static_cast<int32_t>(b);
+    written += taken;
   }
 }
 
@@ -383,9 +416,8 @@ cudaError_t launch_indexer_scores(const IndexerArgs& a, unsigned splits, cudaStr
 }
 
 cudaError_t launch_indexer_select(const IndexerArgs& a, cudaStream_t stream) {
-  const int64_t warps = a.tokens * a.heads;
-  const unsigned grid = static_cast<unsigned>((warps + kSelectWarps - 1) / kSelectWarps);
-  indexer_select_kernel<<<grid, kSelectWarps * 32, 0, stream>>>(a);
+  const unsigned grid = static_cast<unsigned>(a.tokens * a.heads);
+  indexer_select_kernel<<<grid, kSelectThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

@@ -35,7 +35,7 @@ struct IndexerTopkOptions {
 };
 
 // Device scratch indexer_topk needs for these shapes: the block scores, tokens x heads x
-// max_blocks floats.
+// max_blocks floats, then one page-claim counter per token (the tensor-core kernel's).
 size_t indexer_topk_workspace_bytes(const IndexerTopkParams& p);
 
 // Pointers in `p` are device pointers, except p.layout, a host object read at the call. Index
@@ -75,12 +75,14 @@ struct IndexerArgs {
   bool tensor_cores = false;               // asked for; used where the shapes allow
   int blocks_per_split = 0;               // blocks each scoring CTA covers
   float* scores = nullptr;                // [tokens, heads, max_blocks]
+  int32_t* claims = nullptr;              // [tokens]: the tensor-core kernel's next unclaimed block, zeroed per launch
   int32_t* selected = nullptr;            // [heads, tokens, topk]
 };
 
 constexpr int kScoreThreads = 128;   // one key of a page per thread
 constexpr int kMaxPageTokens = kScoreThreads;
-constexpr int kSelectWarps = 4;      // one (head, token) per warp
+constexpr int kSelectThreads = 256;  // one CTA per (head, token)
+constexpr int kSelectWarps = kSelectThreads / 32;
 constexpr int kMaxTopk = 256;
 constexpr size_t kMaxScoreSmem = 200 * 1024;
 constexpr int64_t kMaxBlocks = int64_t{1} << 24;
