@@ -143,24 +143,29 @@ struct WarpChunks {
   uint8_t* ring;             // this warp's kStages chunks
   const int32_t* table;      // the sequence's block-table row
   float* scores;             // the token's [heads, max_blocks]
-  int32_t* claims;           // the token's claim counter
+  float* claims;             // the token's claim counter
   int end;                   // the token's visible blocks
   int last_keys;             // the visible keys of block end - 1 (the others are whole)
   int lane;
   // The next chunk to copy: its block (end: none), this lane's first code unit and scale row,
   // and how many keys of the page are left from there. After it: the next page's block and
   // block-table entry, and (in lane 0) the claim for the page after that.
-  int issue_block = 0, next_block = 0, next_entry = -1, claim = 0;
+  int issue_block = 0, next_block = 0, next_entry = -1;
+  float claim = 0.0f;
   const uint8_t* issue_codes = nullptr;
   const uint8_t* issue_scales = nullptr;
   int issue_keys = 0, issue_slot = 0;
   int tags[C::kStages - 1];  // of the chunks in flight, oldest first
 
+  // Lane 0 claims a block; the other lanes see it one page later, in next_claimed(). The
+  // counter is an FP32 (exact: blocks stay below kMaxBlocks = 2^24) because the compiler turns
+  // an integer atomicAdd into a warp-aggregated one that broadcasts its result at once, which
+  // would wait on the atomic's round trip on every page.
   __device__ void claim_next() {
-    if (lane == 0) claim = atomicAdd(claims, 1);  // read one page later, by next_claimed()
+    if (lane == 0) claim = atomicAdd(claims, 1.0f);
   }
   __device__ int next_claimed() const {
-    const int b = __shfl_sync(0xFFFFFFFFu, claim, 0);
+    const int b = static_cast<int>(__shfl_sync(0xFFFFFFFFu, claim, 0));
     return b < end ? b : end;
   }
   // The next page becomes the copy cursor's (skipping, and writing as -inf, pages outside the

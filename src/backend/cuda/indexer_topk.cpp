@@ -135,7 +135,7 @@ size_t score_bytes(const IndexerTopkParams& p) {
 }  // namespace
 
 size_t indexer_topk_workspace_bytes(const IndexerTopkParams& p) {
-  return score_bytes(p) + static_cast<size_t>(std::max<int64_t>(p.ctx.tokens, 0)) * sizeof(int32_t);
+  return score_bytes(p) + static_cast<size_t>(std::max<int64_t>(p.ctx.tokens, 0)) * sizeof(float);
 }
 
 void indexer_topk(const IndexerTopkParams& p, void* workspace, size_t workspace_bytes,
@@ -147,10 +147,10 @@ void indexer_topk(const IndexerTopkParams& p, void* workspace, size_t workspace_
             "indexer_topk: the workspace must be 16-byte aligned and hold {} bytes, got {}",
             needed, workspace_bytes);
   a.scores = static_cast<float*>(workspace);
-  a.claims = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + score_bytes(p));
+  a.claims = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + score_bytes(p));
   const unsigned splits = choose_splits(a);
   if (detail::indexer_score_on_tensor_cores(a)) {
-    FP4_CUDA_CHECK(cudaMemsetAsync(a.claims, 0, static_cast<size_t>(a.tokens) * sizeof(int32_t), stream));
+    FP4_CUDA_CHECK(cudaMemsetAsync(a.claims, 0, static_cast<size_t>(a.tokens) * sizeof(float), stream));
   }
   FP4_CUDA_CHECK(detail::launch_indexer_scores(a, splits, stream));
   FP4_CUDA_CHECK(detail::launch_indexer_select(a, stream));

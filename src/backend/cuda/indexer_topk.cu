@@ -249,6 +249,10 @@ __device__ __forceinline__ int cta_rank(bool flag, int* warp_counts, int& total)
 // kSelectThreads blocks, then writes the selection already ascending.
 __global__ void __launch_bounds__(kSelectThreads) indexer_select_kernel(IndexerArgs a) {
   constexpr int kBins = 256, kLoads = 4;
+  // The candidates' keys, when they fit (up to 512K tokens of 128-token pages): read from
+  // global memory once instead of on every pass.
+  constexpr int kCached = 4096;
+  __shared__ uint32_t keys_s[kCached];
   __shared__ uint32_t histogram[kBins];
   __shared__ int warp_counts[kSelectWarps];
   __shared__ uint32_t found[3];  // digit, candidates above it, candidates equal to it
@@ -262,6 +266,13 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_select_kernel(IndexerA
   const float* scores = a.scores + (t * a.heads + h) * a.max_blocks;
   // visible > topk >= init + local, so the candidates [lo, hi) outnumber the free slots.
   const int64_t lo = a.init_blocks, hi = visible - a.local_blocks;
+  const bool cached = hi - lo <= kCached;
+  if (cached) {
+#pragma unroll 4
+    for (int i = threadIdx.x; i < hi - lo; i += kSelectThreads) keys_s[i] = orderable(__ldg(scores + lo + i));
+    __syncthreads();
+  }
+  auto key_of = [&](int64_t b) { return cached ? keys_s[b - lo] : orderable(__ldg(scores + b)); };
   uint32_t threshold = 0xFFFFFFFFu;  // above every key: no candidate, when no slot is free
   int remaining = a.topk - a.init_blocks - a.local_blocks;
   uint32_t equal_to_threshold = 0;
@@ -270,11 +281,11 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_select_kernel(IndexerA
     for (int shift = 24; shift >= 0; shift -= 8) {
       for (int d = threadIdx.x; d < kBins; d += kSelectThreads) histogram[d] = 0;
       __syncthreads();
-      // kLoads independent loads in flight a thread: the passes are bound by load latency.
+      // Uncached, kLoads independent loads in flight a thread: the passes are bound by latency.
       for (int64_t b = lo + threadIdx.x; b < hi; b += kLoads * kSelectThreads) {
         uint32_t u[kLoads];
 #pragma unroll
-        for (int k = 0; k < kLoads; ++k) u[k] = b + k * kSelectThreads < hi ? orderable(__ldg(scores + b + k * kSelectThreads)) : 0u;
+        for (int k = 0; k < kLoads; ++k) u[k] = b + k * kSelectThreads < hi ? key_of(b + k * kSelectThreads) : 0u;
 #pragma unroll
         for (int k = 0; k < kLoads; ++k) {
           if (b + k * kSelectThreads < hi && (u[k] & mask) == prefix) atomicAdd(&histogram[(u[k] >> shift) & (kBins - 1)], 1u);
@@ -323,7 +334,7 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_select_kernel(IndexerA
     const int64_t b = b0 + threadIdx.x;
     const bool valid = b < visible;
     const bool forced = b < lo || b >= hi;
-    const uint32_t u = valid && !forced ? orderable(__ldg(scores + b)) : 0u;
+    const uint32_t u = valid && !forced ? key_of(b) : 0u;
     const bool equal = valid && !forced && u == threshold;
     bool take = valid && (forced || u > threshold || (equal && take_all_equal));
     if (!take_all_equal) {

@@ -75,7 +75,7 @@ struct IndexerArgs {
   bool tensor_cores = false;               // asked for; used where the shapes allow
   int blocks_per_split = 0;               // blocks each scoring CTA covers
   float* scores = nullptr;                // [tokens, heads, max_blocks]
-  int32_t* claims = nullptr;              // [tokens]: the tensor-core kernel's next unclaimed block, zeroed per launch
+  float* claims = nullptr;                // [tokens]: the tensor-core kernel's next unclaimed block, zeroed per launch
   int32_t* selected = nullptr;            // [heads, tokens, topk]
 };
 
