@@ -124,16 +124,14 @@ __device__ __forceinline__ void cp_async_small(void* dst, const void* src) {
   else tc::cp_async4(dst, src);
 }
 
-// One warp's share of a token's pages, chunk by chunk: kStages - 1 chunks in flight while one
-// is scored. The token's CTAs (its splits) and their warps claim its visible blocks one at a
-// time from a counter in global memory, so a warp that gets more issue slots than another
-// scores more pages and they all finish together; the claim for the page after next and the
-// block-table entry of the next page are in flight while the current page is copied, so
-// finishing a page never waits on a load. A chunk's rows past the visible keys are copies of
-// its last visible row, which leave every block maximum as it is (no masking). A page outside
-// the pool has no chunks; its block is written as -inf as the cursor passes it. Each chunk in
-// flight carries a tag (kMore, or its block when it is its page's last), so the scoring loop
-// needs no block table either. Every call is warp-uniform.
+// One warp's pages of the CTA's blocks (first + warp, then every kWarps-th), chunk by chunk:
+// kStages - 1 chunks in flight while one is scored. A chunk's rows past the visible keys are
+// copies of its last visible row, which leave every block maximum as it is (no masking). The
+// copy cursor reads each page's block-table entry one page ahead, so that finishing a page
+// never waits on a load; a page outside the pool has no chunks, and its block is written as
+// -inf as the cursor passes it. Each chunk in flight carries a tag (kMore, or its block when
+// it is its page's last), so the scoring loop needs no block table either. Every call is
+// warp-uniform.
 template <PageDType D, int kDim>
 struct WarpChunks {
   using C = Chunk<D, kDim>;
@@ -143,49 +141,32 @@ struct WarpChunks {
   uint8_t* ring;             // this warp's kStages chunks
   const int32_t* table;      // the sequence's block-table row
   float* scores;             // the token's [heads, max_blocks]
-  float* claims;             // the token's claim counter
-  int end;                   // the token's visible blocks
-  int last_keys;             // the visible keys of block end - 1 (the others are whole)
-  int lane;
-  // The next chunk to copy: its block (end: none), this lane's first code unit and scale row,
-  // and how many keys of the page are left from there. After it: the next page's block and
-  // block-table entry, and (in lane 0) the claim for the page after that.
-  int issue_block = 0, next_block = 0, next_entry = -1;
-  float claim = 0.0f;
+  int64_t pos;
+  int end, lane;
+  // The next chunk to copy: its block, this lane's first code unit and scale row, and how many
+  // keys of the page are left from there; the entry of the warp's block after it.
+  int issue_block;
+  int next_entry = -1;
   const uint8_t* issue_codes = nullptr;
   const uint8_t* issue_scales = nullptr;
-  int issue_keys = 0, issue_slot = 0;
+  int issue_keys = 0, issue_slot = 0, read_slot = 0;
   int tags[C::kStages - 1];  // of the chunks in flight, oldest first
 
-  // Lane 0 claims a block; the other lanes see it one page later, in next_claimed(). The
-  // counter is an FP32 (exact: blocks stay below kMaxBlocks = 2^24) because the compiler turns
-  // an integer atomicAdd into a warp-aggregated one that broadcasts its result at once, which
-  // would wait on the atomic's round trip on every page.
-  __device__ void claim_next() {
-    if (lane == 0) claim = atomicAdd(claims, 1.0f);
-  }
-  __device__ int next_claimed() const {
-    const int b = static_cast<int>(__shfl_sync(0xFFFFFFFFu, claim, 0));
-    return b < end ? b : end;
-  }
-  // The next page becomes the copy cursor's (skipping, and writing as -inf, pages outside the
-  // pool), and the prefetches move one page on.
-  __device__ void find_page() {
-    for (;;) {
-      issue_block = next_block;
-      const int entry = next_entry;
-      if (issue_block >= end) return;
-      next_block = next_claimed();
-      next_entry = next_block < end ? table[next_block] : -1;  // waited on one page later
-      if (next_block < end) claim_next();
+  // From issue_block on (entry: its block-table entry), the first block whose page is in the
+  // pool becomes the copy cursor's.
+  __device__ void find_page(int entry) {
+    for (; issue_block < end; issue_block += kWarps) {
+      const int following = issue_block + kWarps;
+      next_entry = following < end ? table[following] : -1;  // waited on one page later
       if (entry >= 0 && entry < a.num_pages) {
         const uint8_t* p = a.pool + entry * a.page_bytes;
         issue_codes = p + a.codes_offset + 16 * lane;
         issue_scales = p + a.scales_offset + lane * C::kScaleBytes;
-        issue_keys = issue_block + 1 == end ? last_keys : a.page_tokens;
+        issue_keys = block_keys(a, pos, issue_block);
         return;
       }
       if (lane < a.heads) scores[lane * a.max_blocks + issue_block] = __int_as_float(0xFF800000);
+      entry = next_entry;
     }
   }
   // The chunk's rows into a slot. Copy i of a lane is 16-byte unit lane + 32 i of the chunk's
@@ -223,19 +204,17 @@ struct WarpChunks {
         tag = kMore;
       } else {
         tag = issue_block;
-        find_page();
+        issue_block += kWarps;
+        find_page(next_entry);
       }
     }
     cp_async_commit();  // one group per chunk, empty ones included, so the counts below hold
     issue_slot = issue_slot + 1 == C::kStages ? 0 : issue_slot + 1;
     return tag;
   }
-  __device__ void start() {
-    claim_next();
-    next_block = next_claimed();
-    next_entry = next_block < end ? table[next_block] : -1;
-    if (next_block < end) claim_next();
-    find_page();
+  __device__ void start(int first) {
+    issue_block = first;
+    find_page(first < end ? table[first] : -1);
 #pragma unroll
     for (int k = 0; k + 1 < C::kStages; ++k) tags[k] = issue();
   }
@@ -249,8 +228,8 @@ struct WarpChunks {
     tags[C::kStages - 2] = issue();
     cp_async_wait<C::kStages - 1>();
     __syncwarp();  // every lane's copies of this chunk have landed
-    // The slots go round in order, so the oldest chunk sits in the slot issue() fills next.
-    const uint8_t* here = ring + issue_slot * C::kBytes;
+    const uint8_t* here = ring + read_slot * C::kBytes;
+    read_slot = read_slot + 1 == C::kStages ? 0 : read_slot + 1;
     return here;
   }
 };
@@ -320,13 +299,10 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
 
   const float kNegInf = __int_as_float(0xFF800000);
   float* scores = a.scores + t * a.heads * a.max_blocks;
-  // The splits' static ranges only place the -inf of blocks past the visible ones; the pages
-  // are shared out by claims.
-  split_blocks(a, t, scores);
-  const int visible = static_cast<int>(visible_blocks(a, t));
+  const BlockRange range = split_blocks(a, t, scores);
   WarpChunks<D, kDim> stream{a, rings + warp * C::kStages * C::kBytes, a.block_tables + a.seq_of_token[t] * a.max_blocks,
-                             scores, a.claims + t, visible, block_keys(a, a.positions[t], visible - 1), lane};
-  stream.start();
+                             scores, a.positions[t], static_cast<int>(range.end), lane};
+  stream.start(static_cast<int>(range.first) + warp);
   const int c = lane % 4, group = lane / 4;
   // Thread (group, c) keeps the maxima of heads 2c, 2c + 1 of each pass (lanes with c < 2 hold
   // the answer; c = 2, 3 hold the same sums).

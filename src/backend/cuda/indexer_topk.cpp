@@ -126,16 +126,11 @@ unsigned choose_splits(detail::IndexerArgs& a) {
   return static_cast<unsigned>((a.max_blocks + a.blocks_per_split - 1) / a.blocks_per_split);
 }
 
-size_t score_bytes(const IndexerTopkParams& p) {
-  const size_t bytes = static_cast<size_t>(std::max<int64_t>(p.ctx.tokens, 0) * std::max<int64_t>(p.heads, 0) *
-                                           std::max<int64_t>(p.ctx.max_blocks, 0)) * sizeof(float);
-  return (bytes + 15) / 16 * 16;
-}
-
 }  // namespace
 
 size_t indexer_topk_workspace_bytes(const IndexerTopkParams& p) {
-  return score_bytes(p) + static_cast<size_t>(std::max<int64_t>(p.ctx.tokens, 0)) * sizeof(float);
+  return static_cast<size_t>(std::max<int64_t>(p.ctx.tokens, 0) * std::max<int64_t>(p.heads, 0) *
+                             std::max<int64_t>(p.ctx.max_blocks, 0)) * sizeof(float);
 }
 
 void indexer_topk(const IndexerTopkParams& p, void* workspace, size_t workspace_bytes,
@@ -147,11 +142,7 @@ void indexer_topk(const IndexerTopkParams& p, void* workspace, size_t workspace_
             "indexer_topk: the workspace must be 16-byte aligned and hold {} bytes, got {}",
             needed, workspace_bytes);
   a.scores = static_cast<float*>(workspace);
-  a.claims = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + score_bytes(p));
   const unsigned splits = choose_splits(a);
-  if (detail::indexer_score_on_tensor_cores(a)) {
-    FP4_CUDA_CHECK(cudaMemsetAsync(a.claims, 0, static_cast<size_t>(a.tokens) * sizeof(float), stream));
-  }
   FP4_CUDA_CHECK(detail::launch_indexer_scores(a, splits, stream));
   FP4_CUDA_CHECK(detail::launch_indexer_select(a, stream));
 }

@@ -3,7 +3,7 @@
 //
 // Two launches. Scores: grid (tokens, splits); each CTA reads its range of a token's index-K
 // pages once and scores them for every index head into the block scores
-// [tokens, heads, max_blocks] FP32 (-inf beyond the visible blocks). Select: one warp per
+// [tokens, heads, max_blocks] FP32 (-inf beyond the visible blocks). Select: one CTA per
 // (head, token) radix-selects the threshold of the free slots and writes the top-k ids
 // ascending, ties to the lower block id.
 //
@@ -35,7 +35,7 @@ struct IndexerTopkOptions {
 };
 
 // Device scratch indexer_topk needs for these shapes: the block scores, tokens x heads x
-// max_blocks floats, then one page-claim counter per token (the tensor-core kernel's).
+// max_blocks floats.
 size_t indexer_topk_workspace_bytes(const IndexerTopkParams& p);
 
 // Pointers in `p` are device pointers, except p.layout, a host object read at the call. Index
@@ -75,7 +75,6 @@ struct IndexerArgs {
   bool tensor_cores = false;               // asked for; used where the shapes allow
   int blocks_per_split = 0;               // blocks each scoring CTA covers
   float* scores = nullptr;                // [tokens, heads, max_blocks]
-  float* claims = nullptr;                // [tokens]: the tensor-core kernel's next unclaimed block, zeroed per launch
   int32_t* selected = nullptr;            // [heads, tokens, topk]
 };
 
