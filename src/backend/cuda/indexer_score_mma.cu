@@ -149,7 +149,7 @@ struct WarpChunks {
   int next_entry = -1;
   const uint8_t* issue_codes = nullptr;
   const uint8_t* issue_scales = nullptr;
-  int issue_keys = 0, issue_slot = 0, read_slot = 0;
+  int issue_keys = 0, issue_slot = 0;
   int tags[C::kStages - 1];  // of the chunks in flight, oldest first
 
   // From issue_block on (entry: its block-table entry), the first block whose page is in the
@@ -228,8 +228,8 @@ struct WarpChunks {
     tags[C::kStages - 2] = issue();
     cp_async_wait<C::kStages - 1>();
     __syncwarp();  // every lane's copies of this chunk have landed
-    const uint8_t* here = ring + read_slot * C::kBytes;
-    read_slot = read_slot + 1 == C::kStages ? 0 : read_slot + 1;
+    // The slots go round in order, so the oldest chunk sits in the slot issue() fills next.
+    const uint8_t* here = ring + issue_slot * C::kBytes;
     return here;
   }
 };
