@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_select_kernel(IndexerA
         uint32_t bins[kBins / 32], mine = 0;
 #pragma unroll
         for (int i = 0; i < kBins / 32; ++i) mine += bins[i] = histogram[lane * (kBins / 32) + i];
-        uint32_t at_or_above = mine;  // bins from 8 lane on
+        uint32_t at_or_above = mine;  // bins [8 lane, 256)
 #pragma unroll
         for (int offset = 1; offset < 32; offset <<= 1) {
           const uint32_t v = __shfl_down_sync(0xFFFFFFFFu, at_or_above, offset);
