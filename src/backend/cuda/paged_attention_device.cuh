@@ -124,4 +124,19 @@ __device__ __forceinline__ float weight(float s, float m) {
   return s == neg_inf() ? 0.0f : exp2_ftz(s - m);
 }
 
+// O *= alpha per row for an MMA accumulator of kNTiles n-tiles (this lane's rows grp and
+// grp + 8), skipped when no row of the warp moved its reference (alpha exactly 1).
+template <int kNTiles>
+__device__ __forceinline__ void rescale_rows(float o[][4], const float alpha[2]) {
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int t = 0; t < kNTiles; ++t) {
+      o[t][0] *= alpha[0];
+      o[t][1] *= alpha[0];
+      o[t][2] *= alpha[1];
+      o[t][3] *= alpha[1];
+    }
+  }
+}
+
 }  // namespace fp4::cuda::detail

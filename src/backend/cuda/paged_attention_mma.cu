@@ -92,15 +92,7 @@ __device__ __forceinline__ void softmax_step(const float s[2][4], int valid, con
     split<kF16>(p[0], p[1], ph[r], pl[r]);
     split<kF16>(p[2], p[3], ph[2 + r], pl[2 + r]);
   }
-  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-    for (int t = 0; t < kNTiles; ++t) {
-      o[t][0] *= alpha[0];
-      o[t][1] *= alpha[0];
-      o[t][2] *= alpha[1];
-      o[t][3] *= alpha[1];
-    }
-  }
+  rescale_rows<kNTiles>(o, alpha);
 }
 
 template <KvFormat F, int D>

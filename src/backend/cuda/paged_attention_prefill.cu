@@ -368,15 +368,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill(const Attention
           }
           l[rr] = l[rr] * alpha[rr] + sum;  // this lane's share of the row
         }
-        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) {
-            o[nt][0] *= alpha[0];
-            o[nt][1] *= alpha[0];
-            o[nt][2] *= alpha[1];
-            o[nt][3] *= alpha[1];
-          }
-        }
+        rescale_rows<kNTiles>(o, alpha);
         // O += P V per 16-key group: V's fragments for every output tile first, then the P hi
         // products over all tiles, then the P lo ones (again no back-to-back accumulation).
 #pragma unroll
