@@ -1,13 +1,14 @@
 // The MSA indexer's block scores on tensor cores (docs/kernels/indexer.md, "Tensor cores").
 // Each warp scores 32 keys of a page as two 16-key tiles: the keys are the rows of
 // mma.m16n8k16's A, dequantized exactly in registers, and the queries its B, whose 8 columns
-// hold 4 heads' hi parts and then their lo parts. BF16 pages multiply in BF16 (hi + lo is the
+// hold 4 heads' hi and lo parts side by side. BF16 pages multiply in BF16 (hi + lo is the
 // FP32 query to 2^-18). FP8 and NVFP4 pages multiply in FP16, which takes their values with
 // fewer instructions (one hardware conversion per E4M3 pair; E2M1 codes placed as FP16 bits):
 // each head's query is scaled by a power of two into FP16's range first (hi + lo is then the
 // query to 2^-22), and its block maxima are scaled back. The dot products are permuted along
 // head_dim so that each thread reads whole 16-byte units of its rows (B is permuted the same
-// way), and the hi and lo columns meet in one shuffle before the block maximum.
+// way), and each thread's accumulator pairs are one head's hi and lo columns, added in place
+// before the block maximum.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -24,7 +25,7 @@ namespace {
 using kvcache::PageDType;
 
 constexpr int kWarps = kScoreThreads / 32;
-constexpr int kHeadsPerPass = 4;  // B's 8 columns: 4 heads' hi parts, then the same heads' lo parts
+constexpr int kHeadsPerPass = 4;  // B's 8 columns: column 2h is head h's hi part, 2h + 1 its lo part
 constexpr int kTile = 16;  // keys per MMA: its M
 
 // The split of a key row over the 4 threads of an MMA row group: thread c = lane % 4 reads
@@ -266,8 +267,10 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
   }
   for (int i = threadIdx.x; i < kPasses * S::kSteps * 32; i += kScoreThreads) {
     const int frag_lane = i % 32, step = i / 32 % S::kSteps, pass = i / (32 * S::kSteps);
-    const int column = frag_lane / 4, head = pass * kHeadsPerPass + column % kHeadsPerPass;
-    const bool lo = column >= kHeadsPerPass;
+    // Column n of B is held by the lanes of group n; the accumulator gives thread c columns 2c
+    // and 2c + 1, so a head's hi and lo land in one thread's register pair.
+    const int column = frag_lane / 4, head = pass * kHeadsPerPass + column / 2;
+    const bool lo = column % 2 == 1;
     float x[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -292,8 +295,8 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
 #pragma unroll
     for (int j = 0; j < S::kSteps; ++j) b_frag[j] = q_frag[j * 32 + lane];
   }
-  // Lanes 0 and 1 write heads 4p + 2 lane + e: their maxima go back by the query's power of two
-  // (NVFP4 keys were multiplied as value x 2^-14) and the FP8 per-layer scale.
+  // Lanes 0 to 3 write heads 4p + lane: their maxima go back by the query's power of two (NVFP4
+  // keys were multiplied as value x 2^-14) and the FP8 per-layer scale.
   const float out_scale = D == PageDType::kFP8 ? a.scale : 1.0f;
   constexpr int kKeyShift = D == PageDType::kNVFP4 ? 14 : 0;
 
@@ -304,11 +307,10 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
                              scores, a.positions[t], static_cast<int>(range.end), lane};
   stream.start(static_cast<int>(range.first) + warp);
   const int c = lane % 4, group = lane / 4;
-  // Thread (group, c) keeps the maxima of heads 2c, 2c + 1 of each pass (lanes with c < 2 hold
-  // the answer; c = 2, 3 hold the same sums).
-  float best[kPasses][2];
+  // Thread (group, c) keeps the maximum of head 4p + c of each pass over its rows.
+  float best[kPasses];
 #pragma unroll
-  for (int p = 0; p < kPasses; ++p) best[p][0] = best[p][1] = kNegInf;
+  for (int p = 0; p < kPasses; ++p) best[p] = kNegInf;
   for (int tag = stream.next_tag(); tag != WarpChunks<D, kDim>::kNone; tag = stream.next_tag()) {
     const uint8_t* rows = stream.next();
     const uint8_t* scale_rows = rows + C::kScalesAt;
@@ -340,29 +342,23 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
       }
 #pragma unroll
       for (int p = 0; p < kPasses; ++p) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[p][e] += __shfl_xor_sync(0xFFFFFFFFu, acc[p][e], 2);  // hi + lo
-        // fmaxf skips a NaN dot product (a NaN key), as the CPU's std::max(best, dot) does.
-        best[p][0] = fmaxf(best[p][0], fmaxf(acc[p][0], acc[p][2]));
-        best[p][1] = fmaxf(best[p][1], fmaxf(acc[p][1], acc[p][3]));
+        // hi + lo of rows group and group + 8; fmaxf skips a NaN dot product (a NaN key), as
+        // the CPU's std::max(best, dot) does.
+        best[p] = fmaxf(best[p], fmaxf(acc[p][0] + acc[p][1], acc[p][2] + acc[p][3]));
       }
     }
     if (tag < 0) continue;  // the page goes on in the next chunk
 #pragma unroll
     for (int p = 0; p < kPasses; ++p) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-#pragma unroll
-        for (int offset = 4; offset < 32; offset <<= 1)
-          best[p][e] = fmaxf(best[p][e], __shfl_xor_sync(0xFFFFFFFFu, best[p][e], offset));
-        const int h = p * kHeadsPerPass + 2 * lane + e;
-        if (lane < 2 && h < a.heads) {
-          float m = best[p][e];
-          if constexpr (S::kF16) m = ldexpf(m, kKeyShift - head_shift[h]);
-          scores[h * a.max_blocks + tag] = m * out_scale;
-        }
-        best[p][e] = kNegInf;
+      for (int offset = 4; offset < 32; offset <<= 1) best[p] = fmaxf(best[p], __shfl_xor_sync(0xFFFFFFFFu, best[p], offset));
+      const int h = p * kHeadsPerPass + lane;
+      if (lane < kHeadsPerPass && h < a.heads) {
+        float m = best[p];
+        if constexpr (S::kF16) m = ldexpf(m, kKeyShift - head_shift[h]);
+        scores[h * a.max_blocks + tag] = m * out_scale;
       }
+      best[p] = kNegInf;
     }
   }
   cp_async_wait<0>();  // nothing may be left in flight at exit
