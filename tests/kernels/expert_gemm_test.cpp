@@ -90,7 +90,6 @@ void run_case(const std::vector<int32_t>& rows_per_expert, int64_t n, int64_t k,
   using V = cuda::ExpertGemmF16Variant;
   const cuda::ExpertGemmOptions kernels[] = {{cuda::ExpertGemmKernel::kF16, V::kWarpRing},
                                              {cuda::ExpertGemmKernel::kF16, V::kSharedX},
-                                             {cuda::ExpertGemmKernel::kF16, V::kDeepRing},
                                              {cuda::ExpertGemmKernel::kBf16, V::kWarpRing}};
   for (const cuda::ExpertGemmOptions& options : kernels) {
     const bool f16 = options.kernel == cuda::ExpertGemmKernel::kF16;
@@ -194,27 +193,13 @@ TEST(ExpertGemmChoice, AutoTakesTheFp16KernelUnlessItsScratchIsTooLarge) {
 
 TEST(ExpertGemmChoice, SharedActivationsFromFourRowsAnExpert) {
   using V = cuda::ExpertGemmF16Variant;
-  constexpr int kSms = 132;  // an H200
   ExpertGemmParams p{.rows = 4 * 64, .experts = 128, .n = 6144, .k = 6144};  // a decode batch of 64, top-4
-  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p, kSms), V::kWarpRing);
+  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p), V::kWarpRing);
   p.rows = 4 * 128;  // 128 tokens: 4 rows an expert
-  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p, kSms), V::kSharedX);
-  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p, kSms, {.f16_variant = V::kWarpRing}), V::kWarpRing);
+  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p), V::kSharedX);
+  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p, {.f16_variant = V::kWarpRing}), V::kWarpRing);
   p.rows = 1;
-  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p, kSms, {.f16_variant = V::kSharedX}), V::kSharedX);
-}
-
-TEST(ExpertGemmChoice, DeepRingWhileTheGridFitsThreeCtasAnSm) {
-  using V = cuda::ExpertGemmF16Variant;
-  constexpr int kSms = 132;
-  // One token, top-4: 96 x 4 = 384 CTAs, within 3 x 132.
-  ExpertGemmParams p{.rows = 4, .experts = 128, .n = 6144, .k = 6144};
-  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p, kSms), V::kDeepRing);
-  p.rows = 8;  // two tokens: 768 CTAs
-  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p, kSms), V::kWarpRing);
-  p.n = 2048;  // a narrower expert: 32 x 8 = 256 CTAs
-  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p, kSms), V::kDeepRing);
-  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p, kSms, {.f16_variant = V::kWarpRing}), V::kWarpRing);
+  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p, {.f16_variant = V::kSharedX}), V::kSharedX);
 }
 
 TEST_F(ExpertGemmKernel, ExactOnSmallIntegers) {

@@ -39,7 +39,6 @@ constexpr Variant kVariants[] = {
     {{cuda::ExpertGemmKernel::kAuto, cuda::ExpertGemmF16Variant::kAuto}, ""},
     {{cuda::ExpertGemmKernel::kF16, cuda::ExpertGemmF16Variant::kWarpRing}, " (f16 warp ring)"},
     {{cuda::ExpertGemmKernel::kF16, cuda::ExpertGemmF16Variant::kSharedX}, " (f16 shared x)"},
-    {{cuda::ExpertGemmKernel::kF16, cuda::ExpertGemmF16Variant::kDeepRing}, " (f16 deep ring)"},
     {{cuda::ExpertGemmKernel::kBf16, cuda::ExpertGemmF16Variant::kAuto}, " (bf16 mma)"}};
 
 // Fills `count` experts of `bytes_per_expert` on the device with copies of the first kDistinct.

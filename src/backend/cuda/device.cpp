@@ -37,13 +37,6 @@ DeviceInfo device_info(int device) {
   return info;
 }
 
-int current_device_sms() {
-  int device = 0, sms = 0;
-  FP4_CUDA_CHECK(cudaGetDevice(&device));
-  FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
 void keep_freed_memory_in_pool(int device) {
   cudaMemPool_t pool = nullptr;
   FP4_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));

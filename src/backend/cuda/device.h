@@ -24,9 +24,6 @@ struct DeviceInfo {
 };
 DeviceInfo device_info(int device = 0);
 
-// Multiprocessors of the calling thread's current device (for launch plans that fill it).
-int current_device_sms();
-
 // Makes the device's default memory pool keep what is freed to it instead of handing it back to
 // the driver at every synchronization, so that a stream-ordered allocation (an op's scratch) is
 // a pool lookup, not a fresh mapping each time. The engine's backend and the benchmarks set it.

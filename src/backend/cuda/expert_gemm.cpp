@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/device.h"
 
 namespace fp4::cuda {
 
@@ -21,12 +20,9 @@ ExpertGemmKernel expert_gemm_kernel_for(const ExpertGemmParams& p, const ExpertG
                                                                                         : ExpertGemmKernel::kBf16;
 }
 
-ExpertGemmF16Variant expert_gemm_f16_variant_for(const ExpertGemmParams& p, int sms, const ExpertGemmOptions& options) {
+ExpertGemmF16Variant expert_gemm_f16_variant_for(const ExpertGemmParams& p, const ExpertGemmOptions& options) {
   if (options.f16_variant != ExpertGemmF16Variant::kAuto) return options.f16_variant;
-  if (p.rows >= 4 * p.experts) return ExpertGemmF16Variant::kSharedX;
-  const int64_t ctas = p.n / detail::kExpertGemmRows * expert_gemm_f16_expert_slots(p);
-  return ctas <= int64_t{kExpertGemmDeepRingCtasPerSm} * sms ? ExpertGemmF16Variant::kDeepRing
-                                                             : ExpertGemmF16Variant::kWarpRing;
+  return p.rows >= 4 * p.experts ? ExpertGemmF16Variant::kSharedX : ExpertGemmF16Variant::kWarpRing;
 }
 
 void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGemmOptions& options) {
@@ -52,7 +48,7 @@ void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGem
   void* workspace = nullptr;
   FP4_CUDA_CHECK(cudaMallocAsync(&workspace, expert_gemm_f16_scratch_bytes(p), stream));
   const cudaError_t status =
-      detail::launch_expert_gemm_f16(p, workspace, stream, expert_gemm_f16_variant_for(p, current_device_sms(), options));
+      detail::launch_expert_gemm_f16(p, workspace, stream, expert_gemm_f16_variant_for(p, options));
   (void)cudaFreeAsync(workspace, stream);
   FP4_CUDA_CHECK(status);
 }

@@ -27,11 +27,8 @@ enum class ExpertGemmKernel { kAuto, kBf16, kF16 };
 // of 128 tokens at top-4 of 128 experts), else kWarpRing. Measured (bench/RESULTS.md): at 8 rows
 // an expert kSharedX is 5-6 points of the copy bandwidth faster; at 1-2 it is 2 points slower for
 // the [6144, 6144] gate + up and about 2 faster for the [6144, 3072] down, so the rule follows
-// the larger matmul; 4 rows an expert was not measured. kDeepRing: kWarpRing with 7 steps in
-// flight instead of 3 (72 KB of shared memory a CTA, 3 CTAs an SM instead of 5), for grids that
-// fill no more than that (a decode step of a token or two: 4-8 active experts), where each warp
-// streams a whole expert row band with few warps beside it; kAuto takes it there.
-enum class ExpertGemmF16Variant { kAuto, kWarpRing, kSharedX, kDeepRing };
+// the larger matmul; 4 rows an expert was not measured.
+enum class ExpertGemmF16Variant { kAuto, kWarpRing, kSharedX };
 
 struct ExpertGemmOptions {
   ExpertGemmKernel kernel = ExpertGemmKernel::kAuto;
@@ -46,12 +43,7 @@ constexpr size_t kExpertGemmF16MaxScratch = size_t{64} << 20;
 
 // The kernel and the FP16 kernel's variant that kAuto runs for these shapes.
 ExpertGemmKernel expert_gemm_kernel_for(const ExpertGemmParams& p, const ExpertGemmOptions& options = {});
-// `sms`: the device's multiprocessors (kDeepRing needs the grid to fit 3 CTAs on each).
-ExpertGemmF16Variant expert_gemm_f16_variant_for(const ExpertGemmParams& p, int sms,
-                                                 const ExpertGemmOptions& options = {});
-// CTAs an SM of kDeepRing, which kAuto's choice assumes (the occupancy calculator agrees: 72 KB
-// of shared memory each).
-constexpr int kExpertGemmDeepRingCtasPerSm = 3;
+ExpertGemmF16Variant expert_gemm_f16_variant_for(const ExpertGemmParams& p, const ExpertGemmOptions& options = {});
 
 // Pointers in `p` are device pointers. Asynchronous on `stream`. Requirements, each checked
 // with an fp4::Error naming it: n a multiple of 64, k a multiple of 128, x and the codes

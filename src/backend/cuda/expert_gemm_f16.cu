@@ -122,18 +122,14 @@ struct XSlot {
 __device__ __forceinline__ int swizzled_x(int token, int index) { return index ^ ((token & 1) << 2); }
 
 // Ring depth per variant: kSharedX gives up a slot for its activation ring, to stay at 5 CTAs
-// an SM; kDeepRing takes 8 (7 steps in flight, 72 KB a CTA) for grids of at most 3 CTAs an SM.
+// an SM within 48 KB of static shared memory.
 __host__ __device__ constexpr int stages_of(ExpertGemmF16Variant v) {
-  return v == ExpertGemmF16Variant::kSharedX ? 3 : v == ExpertGemmF16Variant::kDeepRing ? 8 : kStages;
+  return v == ExpertGemmF16Variant::kSharedX ? 3 : kStages;
 }
 __host__ __device__ constexpr int smem_bytes_of(ExpertGemmF16Variant v) {
   return kWarps * stages_of(v) * int{sizeof(Slot)} +
          (v == ExpertGemmF16Variant::kSharedX ? stages_of(v) * int{sizeof(XSlot)} : 0);
 }
-// sm_90's 228 KB of shared memory an SM, 1 KB of it reserved per CTA.
-static_assert(kExpertGemmDeepRingCtasPerSm * (smem_bytes_of(ExpertGemmF16Variant::kDeepRing) + 1024) <= 228 * 1024 &&
-                  (kExpertGemmDeepRingCtasPerSm + 1) * (smem_bytes_of(ExpertGemmF16Variant::kDeepRing) + 1024) > 228 * 1024,
-              "the deep ring fits exactly kExpertGemmDeepRingCtasPerSm CTAs an SM");
 
 // kHalfTail: k = 128 (mod 256), so the last step has one block (kept out of the common kernel,
 // as in expert_gemm.cu). kVariant: how the warps of a CTA get their activations (expert_gemm.h).
@@ -144,7 +140,7 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
                                                                               const int32_t* active) {
   constexpr int S = stages_of(kVariant);
   constexpr bool kShared = kVariant == ExpertGemmF16Variant::kSharedX;
-  extern __shared__ __align__(16) uint8_t smem[];  // smem_bytes_of(kVariant)
+  __shared__ __align__(16) uint8_t smem[smem_bytes_of(kVariant)];
   Slot (*const ring)[S] = reinterpret_cast<Slot (*)[S]>(smem);
   XSlot* const xring = reinterpret_cast<XSlot*>(smem + kWarps * S * sizeof(Slot));
   const int e = active[blockIdx.y];
@@ -293,26 +289,14 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
   }
 }
 
-// Past 48 KB a kernel's dynamic shared memory must be asked for (per device: asked at every
-// launch, as the prefill attention kernel does).
-template <bool kHalfTail, ExpertGemmF16Variant kVariant>
-cudaError_t launch_with_smem(const ExpertGemmParams& p, dim3 grid, const uint4* x16, const float* out_scale,
-                             const int32_t* active, cudaStream_t stream) {
-  constexpr int kBytes = smem_bytes_of(kVariant);
-  if constexpr (kBytes > 48 * 1024) {
-    const cudaError_t allowed = cudaFuncSetAttribute(expert_gemm_f16_kernel<kHalfTail, kVariant>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-    if (allowed != cudaSuccess) return allowed;
-  }
-  expert_gemm_f16_kernel<kHalfTail, kVariant><<<grid, kExpertGemmThreads, kBytes, stream>>>(p, x16, out_scale, active);
-  return cudaGetLastError();
-}
-
 template <ExpertGemmF16Variant kVariant>
-cudaError_t launch_main(const ExpertGemmParams& p, dim3 grid, const uint4* x16, const float* out_scale,
-                        const int32_t* active, cudaStream_t stream) {
-  return p.k % kExpertGemmStepK == 0 ? launch_with_smem<false, kVariant>(p, grid, x16, out_scale, active, stream)
-                                     : launch_with_smem<true, kVariant>(p, grid, x16, out_scale, active, stream);
+void launch_main(const ExpertGemmParams& p, dim3 grid, const uint4* x16, const float* out_scale, const int32_t* active,
+                 cudaStream_t stream) {
+  if (p.k % kExpertGemmStepK == 0) {
+    expert_gemm_f16_kernel<false, kVariant><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale, active);
+  } else {
+    expert_gemm_f16_kernel<true, kVariant><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale, active);
+  }
 }
 
 }  // namespace
@@ -329,15 +313,12 @@ cudaError_t launch_expert_gemm_f16(const ExpertGemmParams& p, void* workspace, c
                                                                                  active);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
   const dim3 grid(static_cast<unsigned>(p.n / kExpertGemmRows), static_cast<unsigned>(slots));
-  switch (variant) {
-    case ExpertGemmF16Variant::kSharedX:
-      return launch_main<ExpertGemmF16Variant::kSharedX>(p, grid, x16, out_scale, active, stream);
-    case ExpertGemmF16Variant::kDeepRing:
-      return launch_main<ExpertGemmF16Variant::kDeepRing>(p, grid, x16, out_scale, active, stream);
-    case ExpertGemmF16Variant::kAuto:
-    case ExpertGemmF16Variant::kWarpRing: break;
+  if (variant == ExpertGemmF16Variant::kSharedX) {
+    launch_main<ExpertGemmF16Variant::kSharedX>(p, grid, x16, out_scale, active, stream);
+  } else {
+    launch_main<ExpertGemmF16Variant::kWarpRing>(p, grid, x16, out_scale, active, stream);
   }
-  return launch_main<ExpertGemmF16Variant::kWarpRing>(p, grid, x16, out_scale, active, stream);
+  return cudaGetLastError();
 }
 
 }  // namespace fp4::cuda::detail

@@ -8,7 +8,6 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/device.h"
 #include "backend/cuda/paged_attention_launch.h"
 
 namespace fp4::cuda {
@@ -80,6 +79,13 @@ void check_params(const PagedAttentionParams& p) {
             "cuda paged_attention: {} tokens of {} heads are too many for one launch", c.tokens, p.q_heads);
 }
 
+int sm_count() {
+  int device = 0, sms = 0;
+  FP4_CUDA_CHECK(cudaGetDevice(&device));
+  FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 void check_tensor_cores(const kvcache::PageLayout& layout, const char* kernel) {
   FP4_CHECK(layout.dtype != PageDType::kFP32, "cuda paged_attention: the {} kernel needs BF16, FP8 "
             "or NVFP4 pages (FP32 keys are not exact in BF16)", kernel);
@@ -98,7 +104,7 @@ bool prefill_shaped(const PagedAttentionParams& p, PrefillKernelUse use) {
   if (use == PrefillKernelUse::kNever || (p.selected != nullptr && use == PrefillKernelUse::kDense)) return false;
   if (p.selected != nullptr && p.topk > detail::kMaxPrefillSelection) return false;
   const int64_t ctas = (p.ctx.tokens + detail::kPrefillTokensPerCta - 1) / detail::kPrefillTokensPerCta * p.kv_heads;
-  return p.ctx.tokens >= detail::kPrefillTokensPerCta * p.ctx.num_seqs && ctas >= current_device_sms();
+  return p.ctx.tokens >= detail::kPrefillTokensPerCta * p.ctx.num_seqs && ctas >= sm_count();
 }
 
 detail::AttentionKernel resolve(const PagedAttentionOptions& options, const PagedAttentionParams& p) {
