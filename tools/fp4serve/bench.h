@@ -34,7 +34,7 @@ struct Options {
 
 // The sections of `fp4serve bench`, for --only: the CPU codecs, then the GPU's.
 inline const std::vector<std::string> kBenchSections = {"cpu",     "quantize",      "attention", "prefill", "indexer",
-                                                        "pre-attention", "experts", "projections", "model"};
+                                                        "page-read", "pre-attention", "experts", "projections", "model"};
 
 std::vector<Row> run_cpu_benchmarks(const Options& options);
 // Empty when this build has no CUDA backend or the machine has no GPU; `why` says which.

@@ -15,6 +15,7 @@
 #include "tools/fp4serve/bench_model.h"
 #include "tools/fp4serve/bench_attention.h"
 #include "tools/fp4serve/bench_indexer.h"
+#include "tools/fp4serve/bench_page_read.h"
 #include "tools/fp4serve/bench_pre_attention.h"
 
 namespace fp4::bench {
@@ -107,6 +108,7 @@ std::vector<Row> run_gpu_benchmarks(const Options& options, std::string& why) {
   if (options.runs("attention")) append(bench_paged_attention(device, copy_gbps, options.reps));
   if (options.runs("prefill")) append(bench_prefill_attention(device, copy_gbps, options.reps));
   if (options.runs("indexer")) append(bench_indexer(device, copy_gbps, options.reps));
+  if (options.runs("page-read")) append(bench_page_read(device, copy_gbps, options.reps));
   if (options.runs("pre-attention")) append(bench_pre_attention(device, copy_gbps, options.reps));
   if (options.runs("experts")) append(bench_expert_gemm(device, copy_gbps, options.reps));
   if (options.runs("projections")) append(bench_projections(device, copy_gbps, options.reps));

@@ -1,0 +1,35 @@
+// The page-read ceiling of `fp4serve bench`: how fast the GPU reads whole index-cache pages in
+// the order a block table gives, with no work on the bytes, for each index page format. The
+// indexer's decode reads exactly these bytes in this order (each page once, the block table
+// shuffled), so this is the bandwidth it could reach if its arithmetic cost nothing: a ceiling
+// of the access pattern beside the copy's.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tools/fp4serve/bench.h"
+
+namespace fp4::bench {
+
+// Rows for pages of the NVFP4, FP8 and BF16 index layouts (head_dim 128, 128 tokens), as many
+// as 128 sequences of 256K tokens hold, in shuffled and in sequential order. A small pool is
+// checked against the host's XOR of the same pages first (a mismatch throws
+// fp4::InternalError).
+std::vector<Row> bench_page_read(const std::string& device, double copy_gbps, int reps);
+
+namespace detail {
+
+// The kernel's warps on the current device (W): `out` below holds one word per warp.
+cudaError_t page_read_warps(int64_t* warps);
+
+// out[w] = XOR of every 32-bit word of the pages warp w read: pages table[w], table[w + W], ...
+// page_bytes is a multiple of 512.
+cudaError_t launch_page_read(const uint8_t* pool, int64_t page_bytes, const int32_t* table, int64_t pages,
+                             uint32_t* out, cudaStream_t stream);
+
+}  // namespace detail
+}  // namespace fp4::bench
