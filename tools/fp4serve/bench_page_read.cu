@@ -68,9 +68,12 @@ __device__ __forceinline__ void bulk_piece(void* dst, const void* src, int bytes
                : "memory");
 }
 
+// A piece that never lands (a copy that faulted) stops the kernel with an error after a few
+// million tries instead of hanging the benchmark.
 __device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
-  while (!done) {
+  for (int tries = 0; !done; ++tries) {
+    if (tries == (1 << 22)) __trap();
     asm volatile(
         "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
