@@ -162,47 +162,35 @@ Launch launch_for(PageRead how, int64_t page_bytes) {
   return {};
 }
 
-// One wave: the CTAs the occupancy calculator fits on every SM (the same for every page size of
-// one mechanism, so that page_read_warps needs no size).
-cudaError_t grid_ctas(PageRead how, unsigned* ctas) {
-  const Launch l = launch_for(how, 32768);
-  if (l.smem > 0) {
-    if (const cudaError_t e = cudaFuncSetAttribute(l.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem);
-        e != cudaSuccess)
-      return e;
-  }
-  int device = 0, sms = 0, per_sm = 0;
-  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  if (const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) return e;
-  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, l.kernel, l.threads, l.smem);
-  *ctas = static_cast<unsigned>(sms * (per_sm > 0 ? per_sm : 1));
-  return e;
+// Past 48 KB a kernel's dynamic shared memory must be asked for (per device).
+cudaError_t allow_smem(const Launch& l) {
+  return l.smem > 0 ? cudaFuncSetAttribute(l.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem) : cudaSuccess;
 }
 
 }  // namespace
 
+// One wave: the CTAs the occupancy calculator fits on every SM (the same for every page size of
+// one mechanism, so that the count needs no size).
 cudaError_t page_read_warps(PageRead how, int64_t* warps) {
-  unsigned ctas = 0;
-  const cudaError_t e = grid_ctas(how, &ctas);
-  *warps = int64_t{ctas} * ((how == PageRead::kLoads ? kLoadThreads : kBulkThreads) / 32);
+  const Launch l = launch_for(how, 32768);
+  if (const cudaError_t e = allow_smem(l); e != cudaSuccess) return e;
+  int device = 0, sms = 0, per_sm = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) return e;
+  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, l.kernel, l.threads, l.smem);
+  *warps = int64_t{sms} * (per_sm > 0 ? per_sm : 1) * (l.threads / 32);
   return e;
 }
 
 cudaError_t launch_page_read(PageRead how, const uint8_t* pool, int64_t page_bytes, const int32_t* table,
-                             int64_t pages, uint32_t* out, cudaStream_t stream) {
+                             int64_t pages, uint32_t* out, int64_t warps, cudaStream_t stream) {
   const Launch l = launch_for(how, page_bytes);
-  if (l.kernel == nullptr) return cudaErrorInvalidValue;
-  unsigned ctas = 0;
-  if (const cudaError_t e = grid_ctas(how, &ctas); e != cudaSuccess) return e;
-  if (l.smem > 0) {
-    if (const cudaError_t e = cudaFuncSetAttribute(l.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem);
-        e != cudaSuccess)
-      return e;
-  }
+  if (l.kernel == nullptr || warps <= 0 || warps % (l.threads / 32) != 0) return cudaErrorInvalidValue;
+  if (const cudaError_t e = allow_smem(l); e != cudaSuccess) return e;
   const void* pool_arg = pool;
   void* args[] = {&pool_arg, &table, &pages, &out};
-  if (const cudaError_t e = cudaLaunchKernel(l.kernel, dim3(ctas), dim3(l.threads), args, l.smem, stream);
-      e != cudaSuccess)
+  const dim3 grid(static_cast<unsigned>(warps / (l.threads / 32)));
+  if (const cudaError_t e = cudaLaunchKernel(l.kernel, grid, dim3(l.threads), args, l.smem, stream); e != cudaSuccess)
     return e;
   return cudaGetLastError();
 }

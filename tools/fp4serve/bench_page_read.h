@@ -27,13 +27,14 @@ namespace detail {
 // each SM, cp.async.bulk) of up to 4 KB into a shared-memory ring, 4 pieces in flight a warp.
 enum class PageRead { kLoads, kBulk };
 
-// The kernel's warps on the current device (W): `out` below holds one word per warp.
+// The kernel's warps on the current device (W, one wave): asked once, passed to every launch;
+// `out` below holds one word per warp.
 cudaError_t page_read_warps(PageRead how, int64_t* warps);
 
 // out[w] = XOR of every 32-bit word of the pages warp w read: pages table[w], table[w + W], ...
 // page_bytes is one of the index layouts' (9,216, 16,384 or 32,768).
 cudaError_t launch_page_read(PageRead how, const uint8_t* pool, int64_t page_bytes, const int32_t* table,
-                             int64_t pages, uint32_t* out, cudaStream_t stream);
+                             int64_t pages, uint32_t* out, int64_t warps, cudaStream_t stream);
 
 }  // namespace detail
 }  // namespace fp4::bench

@@ -51,7 +51,7 @@ void check_page_read(detail::PageRead how, int64_t page_bytes, std::mt19937_64& 
   cuda::DeviceBuffer d_out(static_cast<size_t>(warps) * 4);
   d_out.fill(0xA5);
   FP4_CUDA_CHECK(detail::launch_page_read(how, d_pool.as<uint8_t>(), page_bytes, d_table.as<int32_t>(), checked_pages,
-                                          d_out.as<uint32_t>(), nullptr));
+                                          d_out.as<uint32_t>(), warps, nullptr));
   std::vector<uint32_t> got(static_cast<size_t>(warps));
   d_out.download(got.data(), got.size() * 4);
   for (int64_t w = 0; w < warps; ++w) {
@@ -68,15 +68,13 @@ void check_page_read(detail::PageRead how, int64_t page_bytes, std::mt19937_64& 
 std::vector<Row> bench_page_read(const std::string& device, double copy_gbps, int reps) {
   std::vector<Row> rows;
   std::mt19937_64 rng(0x9A6E);
-  int64_t warps = 0, most = 0;
-  for (const detail::PageRead how : {detail::PageRead::kLoads, detail::PageRead::kBulk}) {
-    FP4_CUDA_CHECK(detail::page_read_warps(how, &warps));
-    most = std::max(most, warps);
-  }
-  cuda::DeviceBuffer d_out(static_cast<size_t>(most) * 4);
+  constexpr detail::PageRead kHows[] = {detail::PageRead::kLoads, detail::PageRead::kBulk};
+  int64_t warps[2] = {};
+  for (int i = 0; i < 2; ++i) FP4_CUDA_CHECK(detail::page_read_warps(kHows[i], &warps[i]));
+  cuda::DeviceBuffer d_out(static_cast<size_t>(std::max(warps[0], warps[1])) * 4);
   for (PageDType dtype : {PageDType::kNVFP4, PageDType::kFP8, PageDType::kBF16}) {
     const int64_t page_bytes = kvcache::index_page_layout(dtype, kDim).page_bytes;
-    for (const detail::PageRead how : {detail::PageRead::kLoads, detail::PageRead::kBulk}) check_page_read(how, page_bytes, rng);
+    for (const detail::PageRead how : kHows) check_page_read(how, page_bytes, rng);
     cuda::DeviceBuffer pool(static_cast<size_t>(kPages * page_bytes));
     pool.fill(0x3C);  // the values do not matter to the time
     for (const bool shuffled : {true, false}) {
@@ -84,10 +82,11 @@ std::vector<Row> bench_page_read(const std::string& device, double copy_gbps, in
       std::iota(table.begin(), table.end(), 0);
       if (shuffled) std::shuffle(table.begin(), table.end(), rng);
       const cuda::DeviceBuffer d_table = cuda::DeviceBuffer::copy_of(table);
-      for (const detail::PageRead how : {detail::PageRead::kLoads, detail::PageRead::kBulk}) {
+      for (int i = 0; i < 2; ++i) {
+        const detail::PageRead how = kHows[i];
         auto run = [&](cudaStream_t s) {
           FP4_CUDA_CHECK(detail::launch_page_read(how, pool.as<uint8_t>(), page_bytes, d_table.as<int32_t>(), kPages,
-                                                  d_out.as<uint32_t>(), s));
+                                                  d_out.as<uint32_t>(), warps[i], s));
         };
         const double ms = cuda::median_ms(run, 3, reps);
         rows.push_back({device,
