@@ -163,11 +163,17 @@ TEST_F(ExpertGemmKernel, MatchesCpuOnRandomWeights) {
   if (HasFatalFailure()) return;
   run_case({4, 1}, 64, 384, false, rng);
   if (HasFatalFailure()) return;
-  // 70 experts, 3 with rows: the FP16 kernel's grid has a slot per row, filled from the list of
-  // experts with rows (built 32 experts at a time).
+  // 70 experts, 3 with rows: the FP16 kernel's grid has a slot per row, and CTA y finds the
+  // y-th expert with rows from the offsets (32 experts a ballot, 128 a round of loads).
   std::vector<int32_t> sparse(70, 0);
   sparse[3] = sparse[40] = sparse[69] = 1;
   run_case(sparse, 64, 256, false, rng);
+  if (HasFatalFailure()) return;
+  // 300 experts, those with rows at the edges of the ballots and rounds of that search.
+  std::vector<int32_t> wide(300, 0);
+  wide[0] = wide[31] = wide[127] = wide[128] = wide[255] = wide[299] = 1;
+  wide[160] = 2;
+  run_case(wide, 64, 256, false, rng);
   if (HasFatalFailure()) return;
   // Rows from 2^-120 to 2^100 and rows of zeros, also with a last step of one block.
   run_case({6, 11, 0, 35}, 128, 512, false, rng, true);

@@ -3,7 +3,10 @@
 // gigabytes would dominate the run); the check runs on those 8. Beside each NVFP4 row, the same
 // layer with BF16 weights through cuBLAS: one GEMM per active expert, back to back on one stream.
 // The plain NVFP4 rows are what the engine runs (the launcher's automatic choice); the marked
-// rows are the FP16 kernel's two variants and the BF16-MMA kernel on the same inputs.
+// rows are the FP16 kernel's two variants and the BF16-MMA kernel on the same inputs. Each of
+// those times one call alone between two events (the host's launches included, and the same
+// experts every time); the "(graph)" rows time 8 calls on 8 routings replayed from a CUDA graph,
+// as a decode step runs the layer.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,6 +28,7 @@ namespace {
 
 constexpr int64_t kExperts = 128, kTopK = 4, kDistinct = 8;
 constexpr int64_t kHidden = 6144, kInter = 3072;
+constexpr int kRoutings = 8;  // calls in a graph row
 
 struct Matmul {
   const char* name;
@@ -189,6 +193,47 @@ std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, 
           },
           3, reps);
       rows.push_back({device, fmt::format("bf16 experts {}", m.name), shape, bf16_bytes, bf16_ms, copy_gbps, false});
+
+      // As a decode step runs it: kRoutings routings of the batch back to back in one CUDA graph,
+      // each its own set of experts (so each call reads its weights from DRAM, not from the L2
+      // that the call before left, and no host launch sits between the calls), per call.
+      std::vector<std::vector<int32_t>> routings;
+      std::vector<cuda::DeviceBuffer> d_routings;
+      double mean_active = 0;
+      for (int r = 0; r < kRoutings; ++r) {
+        routings.push_back(route(batch, kExperts, rng));
+        for (int64_t e = 0; e < kExperts; ++e) mean_active += routings.back()[e + 1] > routings.back()[e];
+        d_routings.push_back(cuda::DeviceBuffer::copy_of(routings.back()));
+      }
+      mean_active /= kRoutings;
+      const std::string graph_shape = fmt::format("b{} top{} of {}, {:.1f} active, [{}, {}]", batch, kTopK, kExperts,
+                                                  mean_active, m.n, m.k);
+      const double graph_ms = cuda::median_graph_ms(
+                                  [&](cudaStream_t s) {
+                                    for (const cuda::DeviceBuffer& o : d_routings) {
+                                      ExpertGemmParams dr = d;
+                                      dr.row_offsets = o.as<int32_t>();
+                                      cuda::expert_gemm(dr, s);
+                                    }
+                                  },
+                                  3, reps) /
+                              kRoutings;
+      rows.push_back({device, fmt::format("nvfp4 experts {} (graph)", m.name), graph_shape,
+                      mean_active * (value_bytes + scale_bytes) + double(n_rows) * m.k * 2 + double(n_rows) * m.n * 4,
+                      graph_ms, copy_gbps, false});
+      const double bf16_graph_ms = cuda::median_graph_ms(
+                                       [&](cudaStream_t s) {
+                                         cublasSetStream(cublas, s);
+                                         for (const auto& o : routings) {
+                                           bf16_experts(cublas, o, d_x.as<uint16_t>(), d_bf16.as<uint16_t>(),
+                                                        d_y.as<float>(), m.n, m.k);
+                                         }
+                                       },
+                                       3, reps) /
+                                   kRoutings;
+      rows.push_back({device, fmt::format("bf16 experts {} (graph)", m.name), graph_shape,
+                      mean_active * m.n * m.k * 2 + double(n_rows) * m.k * 2 + double(n_rows) * m.n * 4,
+                      bf16_graph_ms, copy_gbps, false});
     }
   }
   cublasDestroy(cublas);

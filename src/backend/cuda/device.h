@@ -75,6 +75,12 @@ class DeviceBuffer {
 template <typename Fn>
 double median_ms(Fn&& fn, int warmup, int reps, cudaStream_t stream = nullptr);
 
+// Median time in milliseconds of one replay of a CUDA graph of what fn(stream) enqueues,
+// captured once on a stream of its own: kernels back to back with no host launch between
+// them, as the engine's decode graphs run. `reps` timed replays after `warmup`.
+template <typename Fn>
+double median_graph_ms(Fn&& fn, int warmup, int reps);
+
 double median_of(std::vector<double> samples);
 
 }  // namespace fp4::cuda

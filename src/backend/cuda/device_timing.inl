@@ -28,4 +28,22 @@ double median_ms(Fn&& fn, int warmup, int reps, cudaStream_t stream) {
   return median_of(std::move(samples));
 }
 
+template <typename Fn>
+double median_graph_ms(Fn&& fn, int warmup, int reps) {
+  cudaStream_t stream;
+  FP4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  FP4_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  fn(stream);
+  FP4_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  FP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double ms =
+      median_ms([&](cudaStream_t s) { FP4_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, warmup, reps, stream);
+  FP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  FP4_CUDA_CHECK(cudaGraphDestroy(graph));
+  FP4_CUDA_CHECK(cudaStreamDestroy(stream));
+  return ms;
+}
+
 }  // namespace fp4::cuda

@@ -9,8 +9,7 @@ namespace fp4::cuda {
 int64_t expert_gemm_f16_expert_slots(const ExpertGemmParams& p) { return std::min(p.experts, p.rows); }
 
 size_t expert_gemm_f16_scratch_bytes(const ExpertGemmParams& p) {
-  return static_cast<size_t>(p.rows) * static_cast<size_t>(p.k) * 2 + static_cast<size_t>(p.rows) * 4 +
-         static_cast<size_t>(expert_gemm_f16_expert_slots(p)) * 4;
+  return static_cast<size_t>(p.rows) * static_cast<size_t>(p.k) * 2 + static_cast<size_t>(p.rows) * 4;
 }
 
 ExpertGemmKernel expert_gemm_kernel_for(const ExpertGemmParams& p, const ExpertGemmOptions& options) {

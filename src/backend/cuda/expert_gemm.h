@@ -35,9 +35,9 @@ struct ExpertGemmOptions {
   ExpertGemmF16Variant f16_variant = ExpertGemmF16Variant::kAuto;
 };
 
-// The FP16 kernel's scratch for these shapes: rows x k FP16 values, a float per row and the
-// list of experts with rows (expert_gemm_f16_expert_slots entries).
+// The FP16 kernel's scratch for these shapes: rows x k FP16 values and a float per row.
 size_t expert_gemm_f16_scratch_bytes(const ExpertGemmParams& p);
+// Its grid's expert slots: at most this many experts have rows.
 int64_t expert_gemm_f16_expert_slots(const ExpertGemmParams& p);
 constexpr size_t kExpertGemmF16MaxScratch = size_t{64} << 20;
 

@@ -6,8 +6,8 @@
 // magnitude in [2^14, 2^15), as FP16, every group of 8 values stored in the MMA's k order
 // (0, 2, 1, 3, 4, 6, 5, 7), so that a lane's B fragments are whole 16-byte loads, and the groups
 // of a 128-value block interleaved by lane, so that those loads are coalesced.
-// It also lists the experts that have rows. expert_gemm_f16_kernel: grid (n / 64, at most
-// min(experts, rows) experts with rows), 4 warps of 16 output features, as the BF16 kernel
+// expert_gemm_f16_kernel: grid (n / 64, at most min(experts, rows) experts with rows), launched
+// as a programmatic dependent of the first, 4 warps of 16 output features, as the BF16 kernel
 // (expert_gemm.cu), but each warp streams its weights through a ring of shared-memory slots
 // filled by cp.async, several steps ahead, instead of one step held in registers.
 #include <cuda_fp16.h>
@@ -53,38 +53,79 @@ __device__ __forceinline__ uint32_t f16x2(float lo, float hi) {
 __device__ __forceinline__ float bf16_lo(uint32_t pair) { return __uint_as_float(pair << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t pair) { return __uint_as_float(pair & 0xFFFF0000u); }
 
-// The experts that have rows, in order, then -1 up to `slots` (one warp). An expert without rows
-// would otherwise cost a CTA per 64 features: at one token (4 of 128 experts) those empty CTAs,
-// each holding its shared memory while it reads the offsets, took most of the launch.
-__device__ void list_active_experts(const int32_t* row_offsets, int64_t experts, int slots, int32_t* active) {
+// Programmatic dependent launch (sm_90): scale_rows_kernel lets the matmul launch as soon as
+// every one of its CTAs has started, and the matmul finds its expert and fills its weights ring
+// before it waits for the activations. Both are no-ops in a launch made without the attribute.
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void wait_for_prerequisite_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// The rows of the index-th expert that has rows, in expert order (expert -1 when fewer have
+// them), found by one warp from the offsets alone, so that a CTA knows its weights before the
+// kernel before it has finished. The offsets are device data the host cannot check: each
+// range is clamped to [0, rows], so that corrupt ones cost outputs, never memory outside x and
+// y. 128 experts' offsets are loaded before any is looked at (one memory latency, not four).
+struct ExpertRows {
+  int expert, first, last;
+};
+__device__ __forceinline__ ExpertRows find_expert(const int32_t* row_offsets, int64_t experts, int64_t rows,
+                                                  int index) {
+  constexpr int kRound = 4;
   const int lane = threadIdx.x % 32;
-  int count = 0;
-  for (int64_t base = 0; base < experts; base += 32) {
-    const int64_t e = base + lane;
-    const bool has_rows = e < experts && row_offsets[e + 1] > row_offsets[e];
-    const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, has_rows);
-    const int at = count + __popc(ballot & ((1u << lane) - 1));
-    if (has_rows && at < slots) active[at] = static_cast<int32_t>(e);  // bounded: offsets are device data
-    count += __popc(ballot);
+  ExpertRows found{-1, 0, 0};
+  int seen = 0;
+  for (int64_t base = 0; base < experts && found.expert < 0; base += 32 * kRound) {
+    int first[kRound], last[kRound];
+#pragma unroll
+    for (int i = 0; i < kRound; ++i) {
+      const int64_t e = base + 32 * i + lane;
+      first[i] = 0, last[i] = 0;
+      if (e < experts) {
+        first[i] = max(row_offsets[e], 0);
+        last[i] = min(row_offsets[e + 1], static_cast<int>(rows));
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kRound; ++i) {
+      const bool has_rows = first[i] < last[i];
+      const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, has_rows);
+      const int target = index - seen;
+      if (found.expert < 0 && target < __popc(ballot)) {  // warp-uniform
+        const bool mine = has_rows && __popc(ballot & ((1u << lane) - 1)) == target;
+        const int src = __ffs(__ballot_sync(0xFFFFFFFFu, mine)) - 1;
+        found = {static_cast<int>(base + 32 * i + src), __shfl_sync(0xFFFFFFFFu, first[i], src),
+                 __shfl_sync(0xFFFFFFFFu, last[i], src)};
+      }
+      seen += __popc(ballot);
+    }
   }
-  for (int at = count + lane; at < slots; at += 32) active[at] = -1;
+  return found;
 }
 
 __global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(const uint16_t* x, int64_t k, uint4* x16,
-                                                                   float* out_scale, const int32_t* row_offsets,
-                                                                   int64_t experts, int slots, int32_t* active) {
-  if (blockIdx.x == 0 && threadIdx.x < 32) list_active_experts(row_offsets, experts, slots, active);
+                                                                   float* out_scale) {
+  allow_dependent_launch();
   const int64_t row = blockIdx.x;
   const uint4* src = reinterpret_cast<const uint4*>(x + row * k);
   const int chunks = static_cast<int>(k / 8);
+  // A row of up to kCached x 128 uint4 (k <= 8192: every M3 shape) is loaded once, all of a
+  // thread's loads before any is used; longer rows are read again from L1 / L2 for the scaling.
+  constexpr int kCached = 8;
+  uint4 cached[kCached];
   // Magnitudes compare as integers: BF16 bits without the sign are ordered like the values, and
   // infinities and NaNs sit above every finite value.
   uint32_t m = 0;
-  for (int c = threadIdx.x; c < chunks; c += kScaleThreads) {
-    const uint4 v = src[c];
+  auto take = [&m](const uint4& v) {
     m = max_abs_bf16x2(max_abs_bf16x2(m, v.x), v.y);
     m = max_abs_bf16x2(max_abs_bf16x2(m, v.z), v.w);
+  };
+#pragma unroll
+  for (int i = 0; i < kCached; ++i) {
+    const int c = threadIdx.x + i * kScaleThreads;
+    cached[i] = c < chunks ? src[c] : make_uint4(0, 0, 0, 0);
   }
+#pragma unroll
+  for (int i = 0; i < kCached; ++i) take(cached[i]);
+  for (int c = threadIdx.x + kCached * kScaleThreads; c < chunks; c += kScaleThreads) take(src[c]);
   for (int o = 16; o > 0; o /= 2) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
   __shared__ uint32_t warp_max[kScaleThreads / 32];
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
@@ -99,8 +140,7 @@ __global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(const uint16_
   if (m != 0 && m < 0x7F80u) s = min(14 - ilogbf(__uint_as_float(m << 16)), 127);
   const float up = __int_as_float((s + 127) << 23);
   if (threadIdx.x == 0) out_scale[row] = __int_as_float((14 - s + 127) << 23);  // 2^(14 - s)
-  for (int c = threadIdx.x; c < chunks; c += kScaleThreads) {
-    const uint4 v = src[c];  // (x0, x1), (x2, x3), (x4, x5), (x6, x7)
+  auto store = [&](int c, const uint4& v) {  // v: (x0, x1), (x2, x3), (x4, x5), (x6, x7)
     // Within a 128-value block, lane tig's v-th group (values 32 tig + 8v ..) goes to 4v + tig,
     // so that one 16-byte load of the four lanes of a token reads 64 contiguous bytes.
     const int in_block = c % 16, lane_tig = in_block / 4, group = in_block % 4;
@@ -109,7 +149,13 @@ __global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(const uint16_
                    f16x2(bf16_hi(v.x) * up, bf16_hi(v.y) * up),   // x1, x3
                    f16x2(bf16_lo(v.z) * up, bf16_lo(v.w) * up),   // x4, x6
                    f16x2(bf16_hi(v.z) * up, bf16_hi(v.w) * up));  // x5, x7
+  };
+#pragma unroll
+  for (int i = 0; i < kCached; ++i) {
+    const int c = threadIdx.x + i * kScaleThreads;
+    if (c < chunks) store(c, cached[i]);
   }
+  for (int c = threadIdx.x + kCached * kScaleThreads; c < chunks; c += kScaleThreads) store(c, src[c]);
 }
 
 // The first 8 tokens' activations of a step, for kSharedX: token t's 32 uint4 (its 2 blocks, each
@@ -136,19 +182,18 @@ __host__ __device__ constexpr int smem_bytes_of(ExpertGemmF16Variant v) {
 template <bool kHalfTail, ExpertGemmF16Variant kVariant>
 __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm_f16_kernel(const ExpertGemmParams p,
                                                                               const uint4* x16,
-                                                                              const float* out_scale,
-                                                                              const int32_t* active) {
+                                                                              const float* out_scale) {
   constexpr int S = stages_of(kVariant);
   constexpr bool kShared = kVariant == ExpertGemmF16Variant::kSharedX;
   __shared__ __align__(16) uint8_t smem[smem_bytes_of(kVariant)];
   Slot (*const ring)[S] = reinterpret_cast<Slot (*)[S]>(smem);
   XSlot* const xring = reinterpret_cast<XSlot*>(smem + kWarps * S * sizeof(Slot));
-  const int e = active[blockIdx.y];
+  // Before the wait: the offsets and the weights are the inputs of the whole layer, which
+  // scale_rows_kernel does not write; x16 and out_scale are its outputs.
+  const ExpertRows mine = find_expert(p.row_offsets, p.experts, p.rows, static_cast<int>(blockIdx.y));
+  const int e = mine.expert, first = mine.first, last = mine.last;
   if (e < 0) return;
-  // The offsets are device data the host cannot check: clamped to the rows, so that corrupt ones
-  // cost outputs, never memory outside x and y.
-  const int first = max(p.row_offsets[e], 0), last = min(p.row_offsets[e + 1], static_cast<int>(p.rows));
-  if (first >= last) return;
+  if constexpr (kShared) wait_for_prerequisite_grid();  // its ring copies activations from the first step on
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
   const int64_t feature0 = int64_t{blockIdx.x} * kExpertGemmRows + warp * 16;
   // Lane l copies chunk l % 8 of features l / 8 + 4i, i = 0 .. 3.
@@ -202,6 +247,7 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
     float acc[kTiles][4] = {};
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) issue(s, pass, tokens);
+    if (!kShared && pass == first) wait_for_prerequisite_grid();
     for (int step = 0; step < steps; ++step) {
       tc::cp_async_wait<S - 2>();
       // Every lane's copies of this step have landed, and the slot refilled next is free; with
@@ -289,14 +335,25 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
   }
 }
 
+// The matmul as a programmatic dependent of scale_rows_kernel: its launch, its search for its
+// expert and its first weight copies overlap the scaling (the attribute is kept by stream
+// capture, so a CUDA graph replays the same overlap).
 template <ExpertGemmF16Variant kVariant>
-void launch_main(const ExpertGemmParams& p, dim3 grid, const uint4* x16, const float* out_scale, const int32_t* active,
-                 cudaStream_t stream) {
+cudaError_t launch_main(const ExpertGemmParams& p, dim3 grid, const uint4* x16, const float* out_scale,
+                        cudaStream_t stream) {
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(kExpertGemmThreads);
+  config.stream = stream;
+  config.attrs = &overlap;
+  config.numAttrs = 1;
   if (p.k % kExpertGemmStepK == 0) {
-    expert_gemm_f16_kernel<false, kVariant><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale, active);
-  } else {
-    expert_gemm_f16_kernel<true, kVariant><<<grid, kExpertGemmThreads, 0, stream>>>(p, x16, out_scale, active);
+    return cudaLaunchKernelEx(&config, expert_gemm_f16_kernel<false, kVariant>, p, x16, out_scale);
   }
+  return cudaLaunchKernelEx(&config, expert_gemm_f16_kernel<true, kVariant>, p, x16, out_scale);
 }
 
 }  // namespace
@@ -305,20 +362,16 @@ cudaError_t launch_expert_gemm_f16(const ExpertGemmParams& p, void* workspace, c
                                    ExpertGemmF16Variant variant) {
   uint4* x16 = static_cast<uint4*>(workspace);
   float* out_scale = reinterpret_cast<float*>(x16 + p.rows * (p.k / 8));
-  int32_t* active = reinterpret_cast<int32_t*>(out_scale + p.rows);
-  // At most this many experts have rows: a shape-only grid, as a CUDA graph needs.
-  const int slots = static_cast<int>(expert_gemm_f16_expert_slots(p));
-  scale_rows_kernel<<<static_cast<unsigned>(p.rows), kScaleThreads, 0, stream>>>(p.x, p.k, x16, out_scale,
-                                                                                 p.row_offsets, p.experts, slots,
-                                                                                 active);
+  scale_rows_kernel<<<static_cast<unsigned>(p.rows), kScaleThreads, 0, stream>>>(p.x, p.k, x16, out_scale);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
-  const dim3 grid(static_cast<unsigned>(p.n / kExpertGemmRows), static_cast<unsigned>(slots));
+  // At most this many experts have rows: a shape-only grid, as a CUDA graph needs. CTA y takes
+  // the y-th of them (find_expert) and leaves at once when there are fewer.
+  const dim3 grid(static_cast<unsigned>(p.n / kExpertGemmRows),
+                  static_cast<unsigned>(expert_gemm_f16_expert_slots(p)));
   if (variant == ExpertGemmF16Variant::kSharedX) {
-    launch_main<ExpertGemmF16Variant::kSharedX>(p, grid, x16, out_scale, active, stream);
-  } else {
-    launch_main<ExpertGemmF16Variant::kWarpRing>(p, grid, x16, out_scale, active, stream);
+    return launch_main<ExpertGemmF16Variant::kSharedX>(p, grid, x16, out_scale, stream);
   }
-  return cudaGetLastError();
+  return launch_main<ExpertGemmF16Variant::kWarpRing>(p, grid, x16, out_scale, stream);
 }
 
 }  // namespace fp4::cuda::detail
