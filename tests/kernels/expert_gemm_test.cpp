@@ -182,6 +182,10 @@ TEST_F(ExpertGemmKernel, MatchesCpuOnRandomWeights) {
   if (HasFatalFailure()) return;
   // More than a tile of tokens over several steps ending in a one-block step (k = 384).
   run_case({12, 0, 41}, 64, 384, false, rng);
+  if (HasFatalFailure()) return;
+  // The warp ring's CTAs start along k at step (CTA mod steps): 5 CTAs of an expert over 5
+  // steps, the one-block step landing at every place of a CTA's order.
+  run_case({3, 5, 0, 9}, 320, 1152, false, rng);
 }
 
 // The choice is host logic: it runs without a GPU too.
@@ -197,11 +201,13 @@ TEST(ExpertGemmChoice, AutoTakesTheFp16KernelUnlessItsScratchIsTooLarge) {
   EXPECT_EQ(cuda::expert_gemm_kernel_for(p, {.kernel = cuda::ExpertGemmKernel::kF16}), cuda::ExpertGemmKernel::kF16);
 }
 
-TEST(ExpertGemmChoice, SharedActivationsFromFourRowsAnExpert) {
+TEST(ExpertGemmChoice, SharedActivationsFromSixteenRowsAnExpert) {
   using V = cuda::ExpertGemmF16Variant;
   ExpertGemmParams p{.rows = 4 * 64, .experts = 128, .n = 6144, .k = 6144};  // a decode batch of 64, top-4
   EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p), V::kWarpRing);
-  p.rows = 4 * 128;  // 128 tokens: 4 rows an expert
+  p.rows = 4 * 256;  // 256 tokens: 8 rows an expert, where the rotated warp ring measured faster
+  EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p), V::kWarpRing);
+  p.rows = 16 * 128;  // 16 rows an expert
   EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p), V::kSharedX);
   EXPECT_EQ(cuda::expert_gemm_f16_variant_for(p, {.f16_variant = V::kWarpRing}), V::kWarpRing);
   p.rows = 1;
@@ -210,6 +216,8 @@ TEST(ExpertGemmChoice, SharedActivationsFromFourRowsAnExpert) {
 
 TEST_F(ExpertGemmKernel, ExactOnSmallIntegers) {
   auto rng = testing::seeded_rng(42);
+  run_case({2, 1}, 320, 1152, true, rng);  // every starting step of the warp ring's CTAs
+  if (HasFatalFailure()) return;
   run_case({5, 0, 40, 1}, 64, 512, true, rng);
   if (HasFatalFailure()) return;
   run_case({7, 2}, 128, 640, true, rng);

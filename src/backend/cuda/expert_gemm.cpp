@@ -21,7 +21,7 @@ ExpertGemmKernel expert_gemm_kernel_for(const ExpertGemmParams& p, const ExpertG
 
 ExpertGemmF16Variant expert_gemm_f16_variant_for(const ExpertGemmParams& p, const ExpertGemmOptions& options) {
   if (options.f16_variant != ExpertGemmF16Variant::kAuto) return options.f16_variant;
-  return p.rows >= 4 * p.experts ? ExpertGemmF16Variant::kSharedX : ExpertGemmF16Variant::kWarpRing;
+  return p.rows >= 16 * p.experts ? ExpertGemmF16Variant::kSharedX : ExpertGemmF16Variant::kWarpRing;
 }
 
 void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGemmOptions& options) {

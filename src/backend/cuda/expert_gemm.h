@@ -20,14 +20,14 @@ namespace fp4::cuda {
 enum class ExpertGemmKernel { kAuto, kBf16, kF16 };
 
 // How the FP16 kernel's warps get their activations. kWarpRing: each warp loads them through
-// L1 on its own schedule, its weights ring three steps ahead. kSharedX: the first 8 tokens'
-// activations of each step are copied once per CTA into a shared ring beside the weights (two
-// steps ahead, the CTA in step): a quarter of the activation traffic, for one step less in
-// flight. kAuto: kSharedX from 4 rows an expert on average (rows >= 4 x experts; a decode batch
-// of 128 tokens at top-4 of 128 experts), else kWarpRing. Measured (bench/RESULTS.md): at 8 rows
-// an expert kSharedX is 5-6 points of the copy bandwidth faster; at 1-2 it is 2 points slower for
-// the [6144, 6144] gate + up and about 2 faster for the [6144, 3072] down, so the rule follows
-// the larger matmul; 4 rows an expert was not measured.
+// L1 on its own schedule, its weights ring three steps ahead, the CTAs of an expert starting
+// along k at different steps. kSharedX: the first 8 tokens' activations of each step are copied
+// once per CTA into a shared ring beside the weights (two steps ahead, the CTA in step): a
+// quarter of the activation traffic, for one step less in flight. kAuto: kSharedX from 16 rows
+// an expert on average (rows >= 16 x experts: a prefill chunk), else kWarpRing. Measured
+// (bench/RESULTS.md): with its CTAs' starting steps rotated, the warp ring is the faster at
+// every decode batch of the bench, up to 256 tokens (8 rows an expert) by 5-6%; 16 rows an
+// expert and more, where each warp's activation loads grow with the tokens, were not measured.
 enum class ExpertGemmF16Variant { kAuto, kWarpRing, kSharedX };
 
 struct ExpertGemmOptions {

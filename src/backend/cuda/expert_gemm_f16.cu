@@ -207,33 +207,43 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
   const int blocks = static_cast<int>(p.k / 128);
   const int steps = (blocks + kBlocksPerStep - 1) / kBlocksPerStep;
   const int64_t chunks = p.k / 8;  // uint4s of an x16 row
+  // The warp ring's CTAs walk k from different steps (CTA x from step x mod steps, wrapping
+  // round), so that the requests in flight at any moment are not all the same 128 bytes of
+  // thousands of rows 3 KB apart: 5-16% at 16-256 tokens (bench/RESULTS.md). kSharedX keeps
+  // the plain order: it measured 3% slower rotated, and spilled.
+  const int rotate = kShared ? 0 : static_cast<int>(blockIdx.x % static_cast<unsigned>(steps));
+  auto along_k = [&](int step) {  // the step's place along k
+    const int at = step + rotate;
+    return at >= steps ? at - steps : at;
+  };
 
   // Always one commit group per call, empty past the last step, so that "wait until S - 2 are
   // pending" always means "this step has landed".
   auto issue = [&](int step, int pass, int tokens) {
     if (step < steps) {
+      const int at = along_k(step);
       if constexpr (kShared) {
         // Thread i copies uint4 i and i + 128 of the 8 tokens x 32 (zeros past the last token).
         XSlot& xs = xring[step % S];
 #pragma unroll
         for (int j = threadIdx.x; j < 8 * 32; j += kExpertGemmThreads) {
           const int token = j / 32, index = j % 32;
-          const bool real = token < tokens && (!kHalfTail || step * kBlocksPerStep + index / 16 < blocks);
-          const uint4* src = x16 + (int64_t{pass} + (real ? token : 0)) * chunks + step * 32 + (real ? index : 0);
+          const bool real = token < tokens && (!kHalfTail || at * kBlocksPerStep + index / 16 < blocks);
+          const uint4* src = x16 + (int64_t{pass} + (real ? token : 0)) * chunks + at * 32 + (real ? index : 0);
           tc::cp_async16(&xs.x[token][swizzled_x(token, index)], src, real);
         }
       }
       Slot& s = slots[step % S];
-      if (!kHalfTail || step * kBlocksPerStep + copy_chunk / 4 < blocks) {
+      if (!kHalfTail || at * kBlocksPerStep + copy_chunk / 4 < blocks) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int feature = copy_feature + 4 * i;
           tc::cp_async16(&s.codes[feature][swizzled_chunk(feature, copy_chunk)],
-                         codes + i * four_features + 128 * int64_t{step}, true);
+                         codes + i * four_features + 128 * int64_t{at}, true);
         }
       }
-      if (!kHalfTail || step * kBlocksPerStep + lane % 2 < blocks) {
-        tc::cp_async8(&s.scales[lane / 2][8 * (lane % 2)], scale_src + 8 * kBlocksPerStep * step);
+      if (!kHalfTail || at * kBlocksPerStep + lane % 2 < blocks) {
+        tc::cp_async8(&s.scales[lane / 2][8 * (lane % 2)], scale_src + 8 * kBlocksPerStep * at);
       }
     }
     tc::cp_async_commit();
@@ -257,9 +267,10 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
       const Slot& s = slots[step % S];
 #pragma unroll
       for (int b = 0; b < kBlocksPerStep; ++b) {
-        if (kHalfTail && step * kBlocksPerStep + b >= blocks) break;  // uniform across the CTA
+        const int at = along_k(step);
+        if (kHalfTail && at * kBlocksPerStep + b >= blocks) break;  // uniform across the CTA
         // This lane's v-th 16 bytes of the block are uint4 4v + tig of it (see scale_rows_kernel).
-        const int64_t k0 = (int64_t{step} * kExpertGemmStepK + 128 * b) / 8 + tig;
+        const int64_t k0 = (int64_t{at} * kExpertGemmStepK + 128 * b) / 8 + tig;
         // The first tile's activations are loaded before the expansion, which hides their latency.
         uint4 xv[4] = {};
         if constexpr (kShared) {
