@@ -209,8 +209,9 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
   const int64_t chunks = p.k / 8;  // uint4s of an x16 row
   // The warp ring's CTAs walk k from different steps (CTA x from step x mod steps, wrapping
   // round), so that the requests in flight at any moment are not all the same 128 bytes of
-  // thousands of rows 3 KB apart: 5-16% at 16-256 tokens (bench/RESULTS.md). kSharedX keeps
-  // the plain order: it measured 3% slower rotated, and spilled.
+  // thousands of rows 3 KB apart: 5-16% faster at 16-256 tokens timed a call alone, 4-5% at 16
+  // in a graph (bench/RESULTS.md). kSharedX keeps the plain order: rotated, it measured 3%
+  // slower and spilled.
   const int rotate = kShared ? 0 : static_cast<int>(blockIdx.x % static_cast<unsigned>(steps));
   auto along_k = [&](int step) {  // the step's place along k
     const int at = step + rotate;
