@@ -173,6 +173,12 @@ struct PreAttentionParams {
 // always selected; the other slots take the highest scores, ties to the lower block id. When the
 // visible blocks number topk or fewer, all are selected. Output: logical block ids in ascending
 // order, padded with -1, at selected[(h * tokens + t) * topk + i].
+//
+// The query is scored as given (kFP32) or as the FP8 path rounds it (formats/e4m3_query.h):
+// per head and token, one or two E4M3 codes per element, read back exactly. Every backend scores
+// the rounded query, so the rounding is part of the result, not an error of one backend.
+enum class IndexQueryFormat { kFP32, kE4M3, kE4M3x2 };
+
 struct IndexerTopkParams {
   PagedContext ctx;
   const kvcache::PageLayout* layout = nullptr;  // the index cache's
@@ -183,6 +189,7 @@ struct IndexerTopkParams {
   int64_t heads = 0, head_dim = 0;
   int64_t topk = 16, init_blocks = 0, local_blocks = 1;
   int32_t* selected = nullptr;                  // [heads, tokens, topk]
+  IndexQueryFormat query_format = IndexQueryFormat::kFP32;
 };
 
 // Causal GQA attention of query token t over its sequence's paged K/V: query head h reads KV

@@ -70,10 +70,14 @@ kvcache::PageDType parse_cache_flag(const std::string& text, const std::string& 
   return kvcache::page_dtype(kvcache::parse_cache_dtype(text, flag, false));
 }
 
-model::CacheFormats cache_formats(const std::string& kv_flag, const std::string& index_flag) {
+model::CacheFormats cache_formats(const std::string& kv_flag, const std::string& index_flag,
+                                  const std::string& index_query_flag) {
   model::CacheFormats f;
   f.kv = parse_cache_flag(kv_flag, "--kv-cache-dtype");
   f.index = index_flag == "auto" ? f.kv : parse_cache_flag(index_flag, "--index-cache-dtype");
+  if (index_query_flag == "fp8") f.index_query = IndexQueryFormat::kE4M3;
+  else if (index_query_flag == "fp8x2") f.index_query = IndexQueryFormat::kE4M3x2;
+  else FP4_CHECK(index_query_flag == "fp32", "--index-query-dtype: expected fp32, fp8 or fp8x2, got '{}'", index_query_flag);
   return f;
 }
 

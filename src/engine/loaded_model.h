@@ -46,6 +46,7 @@ LoadedModel load_model(const LoadOptions& options);
 // bf16, fp8 (fp8_e4m3), nvfp4. "auto" keeps the model's compute precision: FP32 on the CPU
 // backend. An index cache of "auto" follows the main cache.
 kvcache::PageDType parse_cache_flag(const std::string& text, const std::string& flag);
-model::CacheFormats cache_formats(const std::string& kv_flag, const std::string& index_flag);
+model::CacheFormats cache_formats(const std::string& kv_flag, const std::string& index_flag,
+                                  const std::string& index_query_flag = "fp32");
 
 }  // namespace fp4::engine

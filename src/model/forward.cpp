@@ -205,7 +205,8 @@ void ModelRunner::attention(int64_t layer_index, const Step& step, const float* 
                            .index_q = iq_out.data(), .heads = c.num_index_heads,
                            .head_dim = c.index_head_dim, .topk = c.sparse_topk_blocks,
                            .init_blocks = c.sparse_init_blocks,
-                           .local_blocks = c.sparse_local_blocks, .selected = sel.data()});
+                           .local_blocks = c.sparse_local_blocks, .selected = sel.data(),
+                           .query_format = cache_.formats().index_query});
     selected = sel.data();
   }
   Buffer<float> attn = floats(t * c.num_heads * c.head_dim);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/buffer.h"
+#include "backend/model_ops.h"
 #include "kvcache/page_io.h"
 #include "kvcache/page_layout.h"
 #include "model/config.h"
@@ -17,6 +18,8 @@ namespace fp4::model {
 struct CacheFormats {
   kvcache::PageDType kv = kvcache::PageDType::kFP32;
   kvcache::PageDType index = kvcache::PageDType::kFP32;
+  // How the indexer takes its query against the index cache (FP32, or rounded to FP8).
+  IndexQueryFormat index_query = IndexQueryFormat::kFP32;
 };
 
 struct LayerCache {

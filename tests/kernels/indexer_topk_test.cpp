@@ -25,6 +25,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/indexer_topk.h"
+#include "formats/e4m3_query.h"
 #include "kvcache/page_io.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/paged_batch.h"
@@ -67,12 +68,14 @@ struct Case {
   float scale = 1.0f;
   std::vector<uint8_t> pool;
   std::vector<float> q;
+  IndexQueryFormat query_format = IndexQueryFormat::kFP32;
   std::vector<std::vector<float>> keys_seen;  // per sequence, the dequantized keys [context, dim]
   cuda::DeviceBuffer d_pool, d_q, d_positions, d_seqs, d_tables, d_selected, d_workspace;
 
   Case(const std::vector<int32_t>& contexts, int queries, PageDType dtype, const Geometry& g, Values kind,
-       std::mt19937_64& rng)
-      : batch(contexts, queries, rng), geo(g), layout(kvcache::index_page_layout(dtype, static_cast<int>(g.dim))) {
+       std::mt19937_64& rng, IndexQueryFormat format = IndexQueryFormat::kFP32)
+      : batch(contexts, queries, rng), geo(g), layout(kvcache::index_page_layout(dtype, static_cast<int>(g.dim))),
+        query_format(format) {
     if (dtype == PageDType::kFP8) scale = std::exp2(std::uniform_real_distribution<float>(-4.0f, 2.0f)(rng));
     pool.assign(batch.num_pages * layout.page_bytes, 0xFF);  // unwritten slots read as NaN
     keys_seen.resize(batch.num_seqs);
@@ -114,7 +117,21 @@ struct Case {
     return {.ctx = ctx, .layout = &layout, .pool = device ? d_pool.as<uint8_t>() : pool.data(),
             .num_pages = batch.num_pages, .scale = scale, .index_q = device ? d_q.as<float>() : q.data(),
             .heads = geo.heads, .head_dim = geo.dim, .topk = geo.topk, .init_blocks = geo.init,
-            .local_blocks = geo.local, .selected = selected};
+            .local_blocks = geo.local, .selected = selected, .query_format = query_format};
+  }
+
+  // The query the indexer scores: q, or its FP8 rounding read back (formats/e4m3_query.h).
+  std::vector<float> scored_query() const {
+    std::vector<float> out = q;
+    if (query_format == IndexQueryFormat::kFP32) return out;
+    const int parts = query_format == IndexQueryFormat::kE4M3x2 ? 2 : 1;
+    for (size_t r = 0; r < out.size(); r += geo.dim) {
+      float amax = 0.0f;
+      for (int64_t e = 0; e < geo.dim; ++e) amax = std::max(amax, std::abs(out[r + e]));
+      const int shift = e4m3_query_shift(amax);
+      for (int64_t e = 0; e < geo.dim; ++e) out[r + e] = e4m3_query_decode(e4m3_query_encode(out[r + e], shift, parts), shift);
+    }
+    return out;
   }
 
   std::vector<int32_t> run_cpu() const {
@@ -125,10 +142,10 @@ struct Case {
 
   // Block scores in double and what bounds their float rounding: per block, the max over its
   // keys of sum_e |q_e k_e| (magnitude) and of max_e |q_e| x sum_e |k_e| (spread).
-  void exact_scores(int64_t t, int64_t h, std::vector<double>& score, std::vector<double>& magnitude,
-                    std::vector<double>& spread) const {
+  void exact_scores(const std::vector<float>& query, int64_t t, int64_t h, std::vector<double>& score,
+                    std::vector<double>& magnitude, std::vector<double>& spread) const {
     const int64_t s = batch.seq_of_token[t], pos = batch.positions[t], d = geo.dim;
-    const float* qh = &q[(t * geo.heads + h) * d];
+    const float* qh = &query[(t * geo.heads + h) * d];
     double q_max = 0;
     for (int64_t e = 0; e < d; ++e) q_max = std::max(q_max, double{std::abs(qh[e])});
     score.assign(pos / kPage + 1, -INFINITY);
@@ -157,15 +174,33 @@ struct Case {
 // 2^-39 max|q| absolute); products of BF16 or FP16 values are exact in FP32; each of the d/16
 // MMAs adds 16 of them to the FP32 accumulator, which we bound by 2^-21 of what it sums (the
 // hardware aligns to the largest term and may truncate: 4 ulp allowed, twice a rounding adder's
-// worst); hi + lo and the FP8 scale round once each (2u); powers of two are exact. The max over
-// keys keeps the bound.
+// worst); hi + lo and the FP8 scale round once each (2u); powers of two are exact. The FP8
+// path (NVFP4 pages, FP8 query) is measured against the rounded query, which the CPU scores
+// too: its products of E4M3 query parts and E2M1 codes are exact, and each of its d/16 FP8
+// MMAs sums 16 of them from zero. On sm_90a ptxas builds an m16n8k32 E4M3 MMA from two FP16
+// k-steps (HMMA.16816.F32, the operands converted to FP16 exactly), so each sums into FP32 as
+// the FP16 path's do: 2 x 2^-21 of what it sums (a native FP8 MMA, which keeps 13 fraction
+// bits, would need about 2^-8). Then d/16 FFMAs apply the block scales and one add joins hi and
+// lo ((d/16 + 1) u). The max over keys keeps the bound.
 struct ErrorBound {
   double relative = 0, absolute = 0;
 };
-ErrorBound score_error_bound(cuda::IndexerMath math, int64_t d) {
+enum class Path { kExact, kTensorCores, kFp8 };
+ErrorBound score_error_bound(Path path, int64_t d) {
   const double u = kEps32;
-  if (math == cuda::IndexerMath::kExact) return {(d / 4.0 + 3) * u, 0};
+  if (path == Path::kExact) return {(d / 4.0 + 3) * u, 0};
+  if (path == Path::kFp8) return {(d / 16.0) * 2 * 0x1p-21 + (d / 16.0 + 1) * u, 0};
   return {0x1p-18 + (d / 16.0) * 0x1p-21 + 2 * u, 0x1p-39};
+}
+
+// Which path scores a case for the asked-for math: the exact kernel where the tensor cores do
+// not take the shapes, the FP8 kernel where asked for NVFP4 pages with an FP8 query.
+Path path_of(const Case& c, cuda::IndexerMath math) {
+  if (!cuda::indexer_uses_tensor_cores(c.params(true, c.d_selected.as<int32_t>()), {.math = math})) return Path::kExact;
+  return math == cuda::IndexerMath::kFp8TensorCores && c.layout.dtype == PageDType::kNVFP4 &&
+                 c.query_format != IndexQueryFormat::kFP32
+             ? Path::kFp8
+             : Path::kTensorCores;
 }
 
 // Whether both sides' scores are exact on small-integer inputs, so that ties must agree: the
@@ -173,9 +208,9 @@ ErrorBound score_error_bound(cuda::IndexerMath math, int64_t d) {
 // values (at most 6 significant bits, multiples of 2^-9 under 2^6) are exact, and so are the
 // tensor cores'. With another FP8 scale the CPU rounds each code x scale and the kernel scales
 // the exact sum once, so an exact tie may come out 1 ulp apart on one side only.
-bool ties_must_agree(const Case& c, Values kind, cuda::IndexerMath math) {
+bool ties_must_agree(const Case& c, Values kind, Path path) {
   if (kind != Values::kSmallIntegers) return false;
-  if (math == cuda::IndexerMath::kExact || c.layout.dtype != PageDType::kFP8) return true;
+  if (path == Path::kExact || c.layout.dtype != PageDType::kFP8) return true;
   int exponent = 0;
   return std::frexp(c.scale, &exponent) == 0.5f;
 }
@@ -183,8 +218,9 @@ bool ties_must_agree(const Case& c, Values kind, cuda::IndexerMath math) {
 // Compares the GPU's selection with the CPU's; returns the number of near-tie differences
 // (an error where ties must agree).
 int compare(const Case& c, const std::vector<int32_t>& got, const std::vector<int32_t>& want, Values kind,
-            cuda::IndexerMath math = cuda::IndexerMath::kExact) {
-  const bool exact = ties_must_agree(c, kind, math);
+            Path path = Path::kExact) {
+  const bool exact = ties_must_agree(c, kind, path);
+  const std::vector<float> query = c.scored_query();
   int near_ties = 0;
   const int64_t k = c.geo.topk, tokens = c.batch.tokens();
   for (int64_t h = 0; h < c.geo.heads; ++h) {
@@ -207,12 +243,12 @@ int compare(const Case& c, const std::vector<int32_t>& got, const std::vector<in
       EXPECT_TRUE(std::adjacent_find(gi.begin(), gi.end(), std::greater_equal<int32_t>()) == gi.end()) << where;
       EXPECT_TRUE(std::all_of(g.begin() + gi.size(), g.end(), [](int32_t b) { return b == -1; })) << where;
       std::vector<double> score, magnitude, spread;
-      c.exact_scores(t, h, score, magnitude, spread);
+      c.exact_scores(query, t, h, score, magnitude, spread);
       std::vector<int32_t> only_cpu, only_gpu;
       std::set_difference(wi.begin(), wi.end(), gi.begin(), gi.end(), std::back_inserter(only_cpu));
       std::set_difference(gi.begin(), gi.end(), wi.begin(), wi.end(), std::back_inserter(only_gpu));
-      const ErrorBound cpu = score_error_bound(cuda::IndexerMath::kExact, c.geo.dim);
-      const ErrorBound gpu = score_error_bound(math, c.geo.dim);
+      const ErrorBound cpu = score_error_bound(Path::kExact, c.geo.dim);
+      const ErrorBound gpu = score_error_bound(path, c.geo.dim);
       for (int32_t a : only_cpu) {
         for (int32_t b : only_gpu) {
           const auto blocks = static_cast<int32_t>(score.size());
@@ -235,6 +271,37 @@ int compare(const Case& c, const std::vector<int32_t>& got, const std::vector<in
   return near_ties;
 }
 
+// The block scores a run left in the workspace ([tokens, heads, max_blocks]) against the exact
+// ones of the scored query, in double: each visible block within its path's bound, -inf where
+// every key is NaN. Returns the largest error seen, as a fraction of the block's M.
+double check_scores(const Case& c, const std::vector<float>& scores, Path path) {
+  const ErrorBound bound = score_error_bound(path, c.geo.dim);
+  const std::vector<float> query = c.scored_query();
+  std::vector<double> score, magnitude, spread;
+  double worst = 0;
+  for (int64_t t = 0; t < c.batch.tokens(); ++t) {
+    for (int64_t h = 0; h < c.geo.heads; ++h) {
+      c.exact_scores(query, t, h, score, magnitude, spread);
+      const float* got = &scores[(t * c.geo.heads + h) * c.batch.max_blocks];
+      for (size_t b = 0; b < score.size(); ++b) {
+        const std::string where = "token " + std::to_string(t) + " head " + std::to_string(h) + " block " + std::to_string(b);
+        if (score[b] == -INFINITY) {
+          EXPECT_EQ(got[b], -INFINITY) << where;
+          continue;
+        }
+        const double error = std::abs(double{got[b]} - score[b]);
+        const double tol = bound.relative * magnitude[b] + bound.absolute * spread[b];
+        if (!(error <= tol)) {
+          ADD_FAILURE() << where << ": score " << got[b] << ", exact " << score[b] << ", allowed " << tol;
+          return worst;
+        }
+        if (magnitude[b] > 0) worst = std::max(worst, error / magnitude[b]);
+      }
+    }
+  }
+  return worst;
+}
+
 class IndexerKernel : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -242,15 +309,34 @@ class IndexerKernel : public ::testing::Test {
   }
 
   // Both entry points (caller's workspace, stream-ordered allocation), each after its own
-  // poison, for each way of scoring; returns the near-tie counts of the last run of each.
-  static std::array<int, 2> run_and_compare(Case& c, Values kind) {
+  // poison, for each way of scoring; the block scores of the caller's workspace are checked
+  // too. Returns, per way, the near-tie count of its last run and the largest score error seen
+  // (a fraction of M).
+  static constexpr cuda::IndexerMath kMaths[] = {cuda::IndexerMath::kExact, cuda::IndexerMath::kTensorCores,
+                                                 cuda::IndexerMath::kFp8TensorCores};
+  static constexpr const char* kMathNames[] = {"exact", "tensor cores", "FP8 tensor cores"};
+  struct Outcome {
+    std::array<int, 3> near_ties{};
+    std::array<double, 3> worst{};
+    std::string describe() const {
+      char line[256];
+      std::snprintf(line, sizeof line, "near-tie differences %d / %d / %d, largest score error / M %.2e / %.2e / %.2e "
+                    "(exact / tensor cores / FP8 tensor cores)", near_ties[0], near_ties[1], near_ties[2], worst[0],
+                    worst[1], worst[2]);
+      return line;
+    }
+  };
+  static Outcome run_and_compare(Case& c, Values kind) {
     const auto want = c.run_cpu();
     std::vector<int32_t> got(c.selected_count());
     const IndexerTopkParams p = c.params(true, c.d_selected.as<int32_t>());
     c.d_workspace = cuda::DeviceBuffer(cuda::indexer_topk_workspace_bytes(p));
-    std::array<int, 2> near_ties{};
-    for (cuda::IndexerMath math : {cuda::IndexerMath::kExact, cuda::IndexerMath::kTensorCores}) {
+    std::vector<float> scores(c.d_workspace.bytes() / sizeof(float));
+    Outcome out;
+    for (int way = 0; way < 3; ++way) {
+      const cuda::IndexerMath math = kMaths[way];
       const cuda::IndexerTopkOptions options{.math = math};
+      const Path path = path_of(c, math);
       for (unsigned char poison : {0xFF, 0x5A}) {
         c.d_selected.fill(poison);
         c.d_workspace.fill(0xFF);
@@ -258,11 +344,15 @@ class IndexerKernel : public ::testing::Test {
         else cuda::indexer_topk(p, nullptr, options);
         FP4_CUDA_CHECK(cudaDeviceSynchronize());
         c.d_selected.download(got.data(), got.size() * sizeof(int32_t));
-        SCOPED_TRACE(math == cuda::IndexerMath::kExact ? "exact" : "tensor cores");
-        near_ties[math == cuda::IndexerMath::kExact ? 0 : 1] = compare(c, got, want, kind, math);
+        SCOPED_TRACE(kMathNames[way]);
+        out.near_ties[way] = compare(c, got, want, kind, path);
+        if (poison == 0xFF) {
+          c.d_workspace.download(scores.data(), c.d_workspace.bytes());
+          out.worst[way] = check_scores(c, scores, path);
+        }
       }
     }
-    return near_ties;
+    return out;
   }
 };
 
@@ -276,11 +366,11 @@ TEST_F(IndexerKernel, MatchesCpuOnEveryPageFormat) {
         const Geometry g{4, 128, 16, init, 1};  // M3: 4 index heads of 128, top-16
         SCOPED_TRACE(describe(dtype, g, kind));
         Case c(kContexts, 3, dtype, g, kind, rng);
-        const auto near_ties = run_and_compare(c, kind);
+        const Outcome o = run_and_compare(c, kind);
         if (HasFatalFailure()) return;
-        std::printf("[  INFO    ] %s: near-tie differences %d exact, %d tensor cores%s\n",
-                    describe(dtype, g, kind).c_str(), near_ties[0], near_ties[1],
-                    cuda::indexer_uses_tensor_cores(c.params(true, c.d_selected.as<int32_t>())) ? "" : " (ran exact)");
+        std::printf("[  INFO    ] %s%s: %s\n", describe(dtype, g, kind).c_str(),
+                    cuda::indexer_uses_tensor_cores(c.params(true, c.d_selected.as<int32_t>())) ? "" : " (ran exact)",
+                    o.describe().c_str());
       }
     }
   }
@@ -294,43 +384,83 @@ TEST_F(IndexerKernel, MatchesCpuOnOtherGeometries) {
   for (const Geometry& g : {Geometry{2, 16, 16, 1, 1}, Geometry{5, 64, 8, 2, 2}, Geometry{1, 256, 16, 0, 3},
                             Geometry{3, 32, 4, 0, 1}, Geometry{16, 128, 16, 1, 1}}) {
     for (PageDType dtype : {PageDType::kFP32, PageDType::kBF16, PageDType::kFP8, PageDType::kNVFP4}) {
-      SCOPED_TRACE(describe(dtype, g, Values::kSmallIntegers));
-      Case c({1, 127, 129, 700, 2049, 2600}, 4, dtype, g, Values::kSmallIntegers, rng);
-      run_and_compare(c, Values::kSmallIntegers);
-      if (HasFatalFailure()) return;
+      // NVFP4 with the FP8 query too: the FP8 kernel's passes and head_dims, ties exact.
+      for (IndexQueryFormat format : {IndexQueryFormat::kFP32, IndexQueryFormat::kE4M3x2}) {
+        if (format != IndexQueryFormat::kFP32 && dtype != PageDType::kNVFP4) continue;
+        SCOPED_TRACE(describe(dtype, g, Values::kSmallIntegers) + (format == IndexQueryFormat::kFP32 ? "" : " fp8 query"));
+        Case c({1, 127, 129, 700, 2049, 2600}, 4, dtype, g, Values::kSmallIntegers, rng, format);
+        run_and_compare(c, Values::kSmallIntegers);
+        if (HasFatalFailure()) return;
+      }
     }
   }
 }
 
-// The launches depend on shapes only, so a captured graph replays them on new data.
+// The FP8 query, in one or two E4M3 parts: every backend scores the rounded query, so the
+// kernels agree with the CPU as for the FP32 query, within the FP8 path's bound on NVFP4 pages
+// (its MMAs sum with fewer bits), and exactly where ties must agree. Also prints how many
+// selections the rounding itself changes against the FP32 query's: what the FP8 query gives up.
+TEST_F(IndexerKernel, MatchesCpuWithAnFp8Query) {
+  auto rng = testing::seeded_rng(14);
+  for (IndexQueryFormat format : {IndexQueryFormat::kE4M3x2, IndexQueryFormat::kE4M3}) {
+    for (PageDType dtype : {PageDType::kNVFP4, PageDType::kFP8, PageDType::kBF16, PageDType::kFP32}) {
+      for (Values kind : {Values::kSmallIntegers, Values::kGaussian}) {
+        const Geometry g{4, 128, 16, 1, 1};
+        const std::string name = describe(dtype, g, kind) + (format == IndexQueryFormat::kE4M3x2 ? " e4m3x2" : " e4m3");
+        SCOPED_TRACE(name);
+        Case c(kContexts, 3, dtype, g, kind, rng, format);
+        const Outcome o = run_and_compare(c, kind);
+        if (HasFatalFailure()) return;
+        const auto rounded = c.run_cpu();
+        c.query_format = IndexQueryFormat::kFP32;
+        const auto given = c.run_cpu();
+        int changed = 0;
+        const int64_t rows = g.heads * c.batch.tokens();
+        for (int64_t r = 0; r < rows; ++r) {
+          changed += !std::equal(rounded.begin() + r * g.topk, rounded.begin() + (r + 1) * g.topk, given.begin() + r * g.topk);
+        }
+        std::printf("[  INFO    ] %s: %s; selections the rounding changed %d of %lld\n", name.c_str(),
+                    o.describe().c_str(), changed, static_cast<long long>(rows));
+      }
+    }
+  }
+}
+
+// The launches depend on shapes only, so a captured graph replays them on new data: the
+// tensor-core kernel with the FP32 query, the FP8 kernel with the FP8 one.
 TEST_F(IndexerKernel, ReplaysFromACapturedGraph) {
   auto rng = testing::seeded_rng(13);
-  Case c({5, 300, 2049, 9000}, 2, PageDType::kNVFP4, {4, 128, 16, 0, 1}, Values::kSmallIntegers, rng);
-  const IndexerTopkParams p = c.params(true, c.d_selected.as<int32_t>());
-  cuda::DeviceBuffer workspace(cuda::indexer_topk_workspace_bytes(p));
-  cudaStream_t stream;
-  FP4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  FP4_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  cuda::indexer_topk(p, workspace.data(), workspace.bytes(), stream);
-  FP4_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  FP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  std::vector<int32_t> got(c.selected_count());
-  for (int replay = 0; replay < 2; ++replay) {
-    // New queries each replay, written into the captured buffer.
-    c.q = make_values(c.q.size(), Values::kSmallIntegers, rng);
-    c.d_q.upload(c.q.data(), c.q.size() * sizeof(float));
-    c.d_selected.fill(replay == 0 ? 0xFF : 0x5A);
-    workspace.fill(0xFF);
-    FP4_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
-    c.d_selected.download(got.data(), got.size() * sizeof(int32_t));
-    compare(c, got, c.run_cpu(), Values::kSmallIntegers, cuda::IndexerMath::kTensorCores);
+  for (cuda::IndexerMath math : {cuda::IndexerMath::kTensorCores, cuda::IndexerMath::kFp8TensorCores}) {
+    SCOPED_TRACE(math == cuda::IndexerMath::kTensorCores ? "tensor cores" : "FP8 tensor cores");
+    const IndexQueryFormat format =
+        math == cuda::IndexerMath::kTensorCores ? IndexQueryFormat::kFP32 : IndexQueryFormat::kE4M3x2;
+    Case c({5, 300, 2049, 9000}, 2, PageDType::kNVFP4, {4, 128, 16, 0, 1}, Values::kSmallIntegers, rng, format);
+    const IndexerTopkParams p = c.params(true, c.d_selected.as<int32_t>());
+    cuda::DeviceBuffer workspace(cuda::indexer_topk_workspace_bytes(p));
+    cudaStream_t stream;
+    FP4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    FP4_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    cuda::indexer_topk(p, workspace.data(), workspace.bytes(), stream, {.math = math});
+    FP4_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec;
+    FP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    std::vector<int32_t> got(c.selected_count());
+    for (int replay = 0; replay < 2; ++replay) {
+      // New queries each replay, written into the captured buffer.
+      c.q = make_values(c.q.size(), Values::kSmallIntegers, rng);
+      c.d_q.upload(c.q.data(), c.q.size() * sizeof(float));
+      c.d_selected.fill(replay == 0 ? 0xFF : 0x5A);
+      workspace.fill(0xFF);
+      FP4_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
+      c.d_selected.download(got.data(), got.size() * sizeof(int32_t));
+      compare(c, got, c.run_cpu(), Values::kSmallIntegers, path_of(c, math));
+    }
+    FP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    FP4_CUDA_CHECK(cudaGraphDestroy(graph));
+    FP4_CUDA_CHECK(cudaStreamDestroy(stream));
   }
-  FP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  FP4_CUDA_CHECK(cudaGraphDestroy(graph));
-  FP4_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 // Host-side checks, before anything touches the device (they run without a GPU too).
@@ -359,6 +489,9 @@ TEST(IndexerKernelParams, RejectsWhatTheKernelsCannotTake) {
   testing::expect_error([&] { cuda::indexer_topk(with([&](auto& p) { p.layout = &odd; p.head_dim = 48; }), nullptr); },
                         {"16, 32, 64, 128 or 256", "48"});
   testing::expect_error([&] { cuda::indexer_topk(ok, nullptr, 0, nullptr); }, {"workspace"});
+  testing::expect_error(
+      [&] { cuda::indexer_topk(with([](auto& p) { p.query_format = static_cast<IndexQueryFormat>(7); }), nullptr); },
+      {"query format 7"});
 }
 
 }  // namespace

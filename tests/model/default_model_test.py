@@ -9,7 +9,8 @@ One `fp4serve serve` with NVFP4 KV and index caches, greedy:
     built-in model's target.
   * 50 fixed retrieval prompts at 4,096 tokens (one haystack, the needle anywhere in it): at
     least 48 right (95%, the built-in model's target; the model committed now answers 50).
-Then `fp4serve generate --dump-selection` on the first SELECTION_CHECKS retrieval prompts whose
+Then `fp4serve generate --dump-selection` (with the indexer's FP32 query, then with its FP8
+rounding, `--index-query-dtype fp8`) on the first SELECTION_CHECKS retrieval prompts whose
 needle line lies outside the local block, right or wrong: every layer and KV head keeps exactly
 16 of the 32 visible blocks (half the context is dropped), and one layer keeps a block of the
 needle's line in at least 3 of its 4 heads for every one of those prompts: the layer that
@@ -66,13 +67,13 @@ def needle_blocks(q, block):
     return set(range(at // block, (at + len(line) - 1) // block + 1))
 
 
-def check_selection(binary, model_dir, q, tmp):
+def check_selection(binary, model_dir, q, tmp, query="fp32"):
     ids, sel = os.path.join(tmp, "prompt.ids"), os.path.join(tmp, "selection.json")
     with open(ids, "w") as f:
         f.write(" ".join(map(str, q["prompt"])))
     r = subprocess.run([binary, "generate", "--model", model_dir, "--prompt-ids-file", ids, "--max-tokens", "1",
                         "--temperature", "0", "--kv-cache-dtype", "nvfp4", "--index-cache-dtype", "nvfp4",
-                        "--dump-selection", sel], capture_output=True, text=True)
+                        "--index-query-dtype", query, "--dump-selection", sel], capture_output=True, text=True)
     check(r.returncode == 0, f"generate --dump-selection exits 0: {r.stderr[-500:]}")
     if r.returncode != 0:
         return None
@@ -92,8 +93,8 @@ def check_selection(binary, model_dir, q, tmp):
                   f"layer {l} head {h} keeps 16 distinct visible blocks, drops {visible - len(kept)}: {blocks}")
             check(last in kept, f"layer {l} head {h} keeps the local block {last}")
         keeping.append(sum(bool(needle & set(blocks)) for blocks in layer or []))
-    print(f"selection: needle line in blocks {sorted(needle)} of {visible}; heads keeping it per layer: "
-          f"{keeping}", flush=True)
+    print(f"selection ({query} query): needle line in blocks {sorted(needle)} of {visible}; heads keeping it "
+          f"per layer: {keeping}", flush=True)
     return keeping
 
 
@@ -120,13 +121,17 @@ def main():
 
     # Chosen without looking at the answers: a blind selection must not pass by the answers'
     # having picked the prompts whose needle it happened to keep.
+    # The same with the indexer's query rounded to one E4M3 value per element (the FP8 path's
+    # coarsest query): the retrieving layer must still find the needle.
     off_local = [q for q in retrieval if (len(q["prompt"]) - 1) // 128 not in needle_blocks(q, 128)]
-    with tempfile.TemporaryDirectory() as tmp:
-        kept = [check_selection(binary, model_dir, q, tmp) for q in off_local[:SELECTION_CHECKS]]
-    kept = [k for k in kept if k]
-    retrieving = [l for l in range(len(kept[0]) if kept else 0) if all(k[l] >= 3 for k in kept)]
-    check(len(kept) == SELECTION_CHECKS and retrieving,
-          f"one layer keeps a block of the needle's line in 3 of 4 heads for every prompt (per prompt: {kept})")
+    for query in ("fp32", "fp8"):
+        with tempfile.TemporaryDirectory() as tmp:
+            kept = [check_selection(binary, model_dir, q, tmp, query) for q in off_local[:SELECTION_CHECKS]]
+        kept = [k for k in kept if k]
+        retrieving = [l for l in range(len(kept[0]) if kept else 0) if all(k[l] >= 3 for k in kept)]
+        check(len(kept) == SELECTION_CHECKS and retrieving,
+              f"{query} query: one layer keeps a block of the needle's line in 3 of 4 heads for every prompt "
+              f"(per prompt: {kept})")
 
     return summary("default_model")
 

@@ -54,6 +54,24 @@ cuda::DeviceBuffer make_pool(const kvcache::PageLayout& layout, float scale, int
   return pool;
 }
 
+// The ways to score a format: tensor cores and exact, and for NVFP4 pages the FP8 query (two
+// E4M3 parts; one part takes the same kernels and time) on the FP16 tensor-core kernel and on
+// the FP8 one.
+struct Way {
+  cuda::IndexerMath math;
+  IndexQueryFormat query;
+  const char* name;
+};
+std::vector<Way> ways(PageDType dtype) {
+  std::vector<Way> out{{cuda::IndexerMath::kTensorCores, IndexQueryFormat::kFP32, "tensor cores"}};
+  if (dtype == PageDType::kNVFP4) {
+    out.push_back({cuda::IndexerMath::kTensorCores, IndexQueryFormat::kE4M3x2, "tensor cores, FP8 query"});
+    out.push_back({cuda::IndexerMath::kFp8TensorCores, IndexQueryFormat::kE4M3x2, "FP8 tensor cores, FP8 query"});
+  }
+  out.push_back({cuda::IndexerMath::kExact, IndexQueryFormat::kFP32, "exact"});
+  return out;
+}
+
 }  // namespace
 
 std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int reps) {
@@ -82,9 +100,10 @@ std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int 
                             .index_q = d_q.as<float>(), .heads = kHeads, .head_dim = kDim, .topk = kTopk,
                             .init_blocks = 0, .local_blocks = 1, .selected = d_selected.as<int32_t>()};
         const cuda::DeviceBuffer workspace(cuda::indexer_topk_workspace_bytes(p));
-        for (cuda::IndexerMath math : {cuda::IndexerMath::kTensorCores, cuda::IndexerMath::kExact}) {
-          const cuda::IndexerTopkOptions options{.math = math};
-          const bool tensor_cores = math == cuda::IndexerMath::kTensorCores;
+        for (const Way& way : ways(dtype)) {
+          const cuda::IndexerTopkOptions options{.math = way.math};
+          const bool tensor_cores = way.math != cuda::IndexerMath::kExact;
+          p.query_format = way.query;
           auto run = [&](cudaStream_t s) { cuda::indexer_topk(p, workspace.data(), workspace.bytes(), s, options); };
 
           bool validated = false;
@@ -104,7 +123,7 @@ std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int 
             run(nullptr);
             FP4_CUDA_CHECK(cudaDeviceSynchronize());
             d_selected.download(got.data(), got.size() * sizeof(int32_t));
-            // The exact path must agree everywhere. The tensor-core path may differ at a near-tie
+            // The exact path must agree everywhere. The tensor-core paths may differ at a near-tie
             // of the boundary (scores within ~1e-5 relative; tests/kernels bound them): at most
             // one of the batch x heads selections here.
             int differing = 0;
@@ -112,16 +131,15 @@ std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int 
               differing += !std::equal(got.begin() + i * kTopk, got.begin() + (i + 1) * kTopk, want.begin() + i * kTopk);
             if (differing > (tensor_cores ? 1 : 0))
               fail_internal("indexer_topk ({}) on {} pages disagrees with the CPU reference in {} of {} selections "
-                            "(batch {}, context {})", tensor_cores ? "tensor cores" : "exact",
-                            kvcache::page_dtype_name(dtype), differing, kHeads * batch, batch, context);
+                            "(batch {}, context {})", way.name, kvcache::page_dtype_name(dtype), differing,
+                            kHeads * batch, batch, context);
             validated = true;
           }
           const double ms = cuda::median_ms(run, 3, reps);
           const double bytes = double(batch * context * row_bytes) + double(q.size() * sizeof(float)) +
                                double(kHeads * batch * kTopk * sizeof(int32_t));
           rows.push_back({device,
-                          fmt::format("indexer top-{} {} {}", kTopk, kvcache::page_dtype_name(dtype),
-                                      tensor_cores ? "tensor cores" : "exact"),
+                          fmt::format("indexer top-{} {} {}", kTopk, kvcache::page_dtype_name(dtype), way.name),
                           fmt::format("batch {} x {}K", batch, context / 1024), bytes, ms, copy_gbps, validated});
         }
       }

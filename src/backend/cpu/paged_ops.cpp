@@ -9,6 +9,8 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
 #include "core/thread_pool.h"
+#include "formats/amax.h"
+#include "formats/e4m3_query.h"
 
 namespace fp4::cpu {
 namespace {
@@ -99,6 +101,24 @@ float dot(const float* a, const float* b, int64_t n) {
   return (acc[0] + acc[2]) + (acc[1] + acc[3]) + tail;
 }
 
+// The query as the indexer scores it: index_q itself, or each head's FP8 rounding.
+std::vector<float> scored_query(const IndexerTopkParams& p) {
+  const int64_t rows = p.ctx.tokens * p.heads, d = p.head_dim;
+  std::vector<float> q(p.index_q, p.index_q + rows * d);
+  if (p.query_format == IndexQueryFormat::kFP32) return q;
+  const int parts = p.query_format == IndexQueryFormat::kE4M3x2 ? 2 : 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* x = &q[r * d];
+    float amax = 0.0f;
+    bool has_nan = false;
+    for (int64_t e = 0; e < d; ++e) accumulate_amax(x[e], amax, has_nan);
+    // A NaN element makes every dot product of the head NaN, whatever the shift: amax skips it.
+    const int shift = e4m3_query_shift(amax);
+    for (int64_t e = 0; e < d; ++e) x[e] = e4m3_query_decode(e4m3_query_encode(x[e], shift, parts), shift);
+  }
+  return q;
+}
+
 void check_context(const PagedContext& c, const char* op) {
   for (int64_t t = 0; t < c.tokens; ++t) {
     FP4_CHECK(c.seq_of_token[t] >= 0 && c.seq_of_token[t] < c.num_seqs && c.positions[t] >= 0,
@@ -144,6 +164,7 @@ void indexer_topk(const IndexerTopkParams& p) {
     for (int64_t b = 0; b <= c.positions[t] / page_tokens; ++b) cache.need(c.seq_of_token[t], b);
   }
   cache.load(p.pool, p.num_pages, {}, p.scale);
+  const std::vector<float> query = scored_query(p);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   parallel_for_cost(c.tokens * p.heads, (c.positions[c.tokens - 1] + 1) * p.head_dim,
                     [&](int64_t i0, int64_t i1) {
@@ -159,7 +180,7 @@ void indexer_topk(const IndexerTopkParams& p) {
         for (int64_t b = 0; b < blocks; ++b) out[b] = static_cast<int32_t>(b);
         continue;
       }
-      const float* q = p.index_q + (t * p.heads + h) * p.head_dim;
+      const float* q = &query[(t * p.heads + h) * p.head_dim];
       score.assign(static_cast<size_t>(blocks), kNegInf);
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t last = std::min(page_tokens, pos + 1 - b * page_tokens);

@@ -16,6 +16,7 @@
 
 #include "backend/cuda/indexer_topk.h"
 #include "backend/cuda/indexer_topk_device.cuh"
+#include "backend/cuda/indexer_warp_chunks.cuh"
 #include "backend/cuda/mma.cuh"
 #include "formats/minifloat.h"
 
@@ -24,7 +25,6 @@ namespace {
 
 using kvcache::PageDType;
 
-constexpr int kWarps = kScoreThreads / 32;
 constexpr int kHeadsPerPass = 4;  // B's 8 columns: column 2h is head h's hi part, 2h + 1 its lo part
 constexpr int kTile = 16;  // keys per MMA: its M
 
@@ -99,142 +99,6 @@ __device__ __forceinline__ void unit_to_pairs(const uint8_t* codes, const uint8_
   }
 }
 
-// A chunk: kKeys consecutive key rows of one page in shared memory, codes [kKeys][kStride]
-// then the NVFP4 block scales [kKeys][kScaleBytes]. Each warp streams its own pages through
-// its own ring of kStages chunks, so the CTA never waits at a barrier inside the page loop.
-template <PageDType D, int kDim>
-struct Chunk {
-  using S = Split<D, kDim>;
-  static constexpr int kKeys = 2 * kTile;
-  static constexpr int kScaleBytes = D == PageDType::kNVFP4 ? kDim / 16 : 0;
-  static constexpr int kScalesAt = kKeys * S::kStride;
-  static constexpr int kBytes = kScalesAt + kKeys * kScaleBytes;
-  static constexpr int kUnitsPerRow = S::kRowBytes / 16;  // 16-byte copies
-  static_assert(32 % kUnitsPerRow == 0 || kUnitsPerRow == 32, "a warp's copy round covers whole rows");
-  // BF16 chunks are 10 KiB (at head_dim 128) and the bytes, not the instructions, bound them.
-  static constexpr int kStages = D == PageDType::kBF16 ? 2 : 3;
-  static_assert(S::kRowBytes % 16 == 0, "rows of whole 16-byte copies");
-  static_assert(kScalesAt % 16 == 0 && kBytes % 16 == 0, "16-byte aligned regions");
-};
-
-template <int kBytes>
-__device__ __forceinline__ void cp_async_small(void* dst, const void* src) {
-  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async sizes");
-  if constexpr (kBytes == 16) cp_async16(dst, src);
-  else if constexpr (kBytes == 8) tc::cp_async8(dst, src);
-  else tc::cp_async4(dst, src);
-}
-
-// One warp's pages of the CTA's blocks (first + warp, then every kWarps-th), chunk by chunk:
-// kStages - 1 chunks in flight while one is scored. A chunk's rows past the visible keys are
-// copies of its last visible row, which leave every block maximum as it is (no masking). The
-// copy cursor reads each page's block-table entry one page ahead, so that finishing a page
-// never waits on a load; a page outside the pool has no chunks, and its block is written as
-// -inf as the cursor passes it. Each chunk in flight carries a tag (kMore, or its block when
-// it is its page's last), so the scoring loop needs no block table either. Every call is
-// warp-uniform.
-template <PageDType D, int kDim>
-struct WarpChunks {
-  using C = Chunk<D, kDim>;
-  static constexpr int kU = C::kUnitsPerRow;
-  static constexpr int kMore = -1, kNone = -2;  // tags: a page's chunk before its last; past the end
-  const IndexerArgs& a;
-  uint8_t* ring;             // this warp's kStages chunks
-  const int32_t* table;      // the sequence's block-table row
-  float* scores;             // the token's [heads, max_blocks]
-  int64_t pos;
-  int end, lane;
-  // The next chunk to copy: its block, this lane's first code unit and scale row, and how many
-  // keys of the page are left from there; the entry of the warp's block after it.
-  int issue_block;
-  int next_entry = -1;
-  const uint8_t* issue_codes = nullptr;
-  const uint8_t* issue_scales = nullptr;
-  int issue_keys = 0, issue_slot = 0;
-  int tags[C::kStages - 1];  // of the chunks in flight, oldest first
-
-  // From issue_block on (entry: its block-table entry), the first block whose page is in the
-  // pool becomes the copy cursor's.
-  __device__ void find_page(int entry) {
-    for (; issue_block < end; issue_block += kWarps) {
-      const int following = issue_block + kWarps;
-      next_entry = following < end ? table[following] : -1;  // waited on one page later
-      if (entry >= 0 && entry < a.num_pages) {
-        const uint8_t* p = a.pool + entry * a.page_bytes;
-        issue_codes = p + a.codes_offset + 16 * lane;
-        issue_scales = p + a.scales_offset + lane * C::kScaleBytes;
-        issue_keys = block_keys(a, pos, issue_block);
-        return;
-      }
-      if (lane < a.heads) scores[lane * a.max_blocks + issue_block] = __int_as_float(0xFF800000);
-      entry = next_entry;
-    }
-  }
-  // The chunk's rows into a slot. Copy i of a lane is 16-byte unit lane + 32 i of the chunk's
-  // codes: a warp's copy covers 512 contiguous bytes, and in a full chunk (the common case)
-  // every address is a lane base plus a constant.
-  __device__ void copy(uint8_t* dst) const {
-    uint8_t* lane_dst = dst + lane / kU * C::S::kStride + 16 * (lane % kU);
-    uint8_t* scale_dst = dst + C::kScalesAt + lane * C::kScaleBytes;
-    if (issue_keys >= C::kKeys) {
-#pragma unroll
-      for (int i = 0; i < kU; ++i) cp_async16(lane_dst + 32 / kU * i * C::S::kStride, issue_codes + 512 * i);
-      if constexpr (C::kScaleBytes > 0) cp_async_small<C::kScaleBytes>(scale_dst, issue_scales);
-    } else {
-      const uint8_t* lane_codes = issue_codes - 16 * (lane - lane % kU);  // this lane's part of row 0
-#pragma unroll
-      for (int i = 0; i < kU; ++i) {
-        const int row = (lane + 32 * i) / kU, from = row < issue_keys ? row : issue_keys - 1;
-        cp_async16(lane_dst + 32 / kU * i * C::S::kStride, lane_codes + from * C::S::kRowBytes);
-      }
-      if constexpr (C::kScaleBytes > 0) {
-        const int from = lane < issue_keys ? lane : issue_keys - 1;
-        cp_async_small<C::kScaleBytes>(scale_dst, issue_scales + (from - lane) * C::kScaleBytes);
-      }
-    }
-  }
-  // Copies the cursor's chunk (if any) into the next slot and returns its tag.
-  __device__ int issue() {
-    int tag = kNone;
-    if (issue_block < end) {
-      copy(ring + issue_slot * C::kBytes);
-      issue_keys -= C::kKeys;
-      if (issue_keys > 0) {
-        issue_codes += C::kKeys * C::S::kRowBytes;
-        issue_scales += C::kKeys * C::kScaleBytes;
-        tag = kMore;
-      } else {
-        tag = issue_block;
-        issue_block += kWarps;
-        find_page(next_entry);
-      }
-    }
-    cp_async_commit();  // one group per chunk, empty ones included, so the counts below hold
-    issue_slot = issue_slot + 1 == C::kStages ? 0 : issue_slot + 1;
-    return tag;
-  }
-  __device__ void start(int first) {
-    issue_block = first;
-    find_page(first < end ? table[first] : -1);
-#pragma unroll
-    for (int k = 0; k + 1 < C::kStages; ++k) tags[k] = issue();
-  }
-  // The tag of the next chunk in the warp's order: kNone once the warp's pages are done.
-  __device__ int next_tag() const { return tags[0]; }
-  // That chunk, after refilling the slot of the one before it.
-  __device__ const uint8_t* next() {
-    __syncwarp();  // every lane is done reading the slot issue() refills
-#pragma unroll
-    for (int k = 0; k + 2 < C::kStages; ++k) tags[k] = tags[k + 1];
-    tags[C::kStages - 2] = issue();
-    cp_async_wait<C::kStages - 1>();
-    __syncwarp();  // every lane's copies of this chunk have landed
-    // The slots go round in order, so the oldest chunk sits in the slot issue() fills next.
-    const uint8_t* here = ring + issue_slot * C::kBytes;
-    return here;
-  }
-};
-
 // Grid (tokens, splits), as the exact kernel's. Shared memory: the B fragments
 // [kPasses][kSteps][32 lanes] (b0, b1), then each warp's chunk ring. kPasses passes of 4 heads
 // (1, 2 or 4; heads past a.heads are zero columns): a compile-time count keeps the per-tile
@@ -243,7 +107,7 @@ struct WarpChunks {
 template <PageDType D, int kDim, int kPasses>
 __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(IndexerArgs a) {
   using S = Split<D, kDim>;
-  using C = Chunk<D, kDim>;
+  using C = Chunk<D, kDim, S::kStride>;
   extern __shared__ uint4 smem[];
   const int64_t t = blockIdx.x;
   uint2* q_frag = reinterpret_cast<uint2*>(smem);
@@ -251,17 +115,24 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
   const float* q = a.index_q + t * a.heads * kDim;
   // FP16 MMAs: each head's query times 2^shift, its largest magnitude in [2^14, 2^15) (exact,
   // and far from FP16's 65504); the block maxima are scaled back by the inverse.
-  __shared__ int head_shift[kMmaMaxHeads];
+  // With an FP8 query (query_format), the values split are its rounding, read back (fp8_shift:
+  // each head's shift of that rounding).
+  __shared__ int head_shift[kMmaMaxHeads], fp8_shift[kMmaMaxHeads];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if constexpr (S::kF16) {
+  const IndexQueryFormat format = a.query_format;
+  if (S::kF16 || format != IndexQueryFormat::kFP32) {
     for (int h = warp; h < a.heads; h += kWarps) {
+      const int shift8 = format == IndexQueryFormat::kFP32 ? 0 : warp_query_shift(q + h * kDim, kDim, lane);
       float m = 0.0f;
-      for (int e = lane; e < kDim; e += 32) m = fmaxf(m, fabsf(q[h * kDim + e]));
+      for (int e = lane; e < kDim; e += 32) m = fmaxf(m, fabsf(scored_query(q[h * kDim + e], shift8, format)));
 #pragma unroll
       for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
       int exponent = 0;
       frexpf(m, &exponent);
-      if (lane == 0) head_shift[h] = m > 0.0f && isfinite(m) ? 15 - exponent : 0;
+      if (lane == 0) {
+        head_shift[h] = S::kF16 && m > 0.0f && isfinite(m) ? 15 - exponent : 0;
+        fp8_shift[h] = shift8;
+      }
     }
     __syncthreads();
   }
@@ -274,7 +145,8 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
     float x[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      x[e] = head < a.heads ? q[head * kDim + dim_of<D, kDim>(frag_lane % 4, step, e)] : 0.0f;
+      const float given = head < a.heads ? q[head * kDim + dim_of<D, kDim>(frag_lane % 4, step, e)] : 0.0f;
+      x[e] = format == IndexQueryFormat::kFP32 || head >= a.heads ? given : scored_query(given, fp8_shift[head], format);
       if constexpr (S::kF16) x[e] = head < a.heads ? ldexpf(x[e], head_shift[head]) : 0.0f;
     }
     uint32_t half[2];  // b0: values e0, e1; b1: e2, e3
@@ -303,7 +175,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
   const float kNegInf = __int_as_float(0xFF800000);
   float* scores = a.scores + t * a.heads * a.max_blocks;
   const BlockRange range = split_blocks(a, t, scores);
-  WarpChunks<D, kDim> stream{a, rings + warp * C::kStages * C::kBytes, a.block_tables + a.seq_of_token[t] * a.max_blocks,
+  WarpChunks<D, kDim, S::kStride> stream{a, rings + warp * C::kStages * C::kBytes, a.block_tables + a.seq_of_token[t] * a.max_blocks,
                              scores, a.positions[t], static_cast<int>(range.end), lane};
   stream.start(static_cast<int>(range.first) + warp);
   const int c = lane % 4, group = lane / 4;
@@ -311,7 +183,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
   float best[kPasses];
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) best[p] = kNegInf;
-  for (int tag = stream.next_tag(); tag != WarpChunks<D, kDim>::kNone; tag = stream.next_tag()) {
+  for (int tag = stream.next_tag(); tag != WarpChunks<D, kDim, S::kStride>::kNone; tag = stream.next_tag()) {
     const uint8_t* rows = stream.next();
     const uint8_t* scale_rows = rows + C::kScalesAt;
 #pragma unroll
@@ -367,7 +239,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
 template <PageDType D, int kDim, int kPasses>
 ScoreVariant variant(const IndexerArgs& a) {
   using S = Split<D, kDim>;
-  using C = Chunk<D, kDim>;
+  using C = Chunk<D, kDim, S::kStride>;
   const size_t frag_bytes = static_cast<size_t>(kPasses) * S::kSteps * 32 * sizeof(uint2);
   return {indexer_score_mma_kernel<D, kDim, kPasses>, frag_bytes + static_cast<size_t>(kWarps) * C::kStages * C::kBytes};
 }
@@ -390,7 +262,9 @@ ScoreVariant mma_score_variant(const IndexerArgs& a) {
   switch (a.dtype) {
     case PageDType::kBF16: return variant_for_dim<PageDType::kBF16>(a);
     case PageDType::kFP8: return variant_for_dim<PageDType::kFP8>(a);
-    case PageDType::kNVFP4: return variant_for_dim<PageDType::kNVFP4>(a);
+    case PageDType::kNVFP4:
+      if (const ScoreVariant fp8 = fp8_score_variant(a); fp8.kernel != nullptr) return fp8;
+      return variant_for_dim<PageDType::kNVFP4>(a);
     case PageDType::kFP32: return {};  // FP32 keys do not fit BF16 exactly: the exact kernel
   }
   return {};

@@ -36,6 +36,9 @@ detail::IndexerArgs checked_args(const IndexerTopkParams& p, const IndexerTopkOp
             "indexer_topk: the FP8 index-K scale must be finite and positive, got {}", p.scale);
   FP4_CHECK(l.dtype != PageDType::kNVFP4 || p.scale == 1.0f,
             "indexer_topk: NVFP4 index-K pages have no global scale, got {}", p.scale);
+  FP4_CHECK(p.query_format == IndexQueryFormat::kFP32 || p.query_format == IndexQueryFormat::kE4M3 ||
+                p.query_format == IndexQueryFormat::kE4M3x2,
+            "indexer_topk: unknown index query format {}", static_cast<int>(p.query_format));
   FP4_CHECK(c.tokens >= 0 && c.tokens < (int64_t{1} << 31),
             "indexer_topk: {} tokens, expected 0 to 2^31 - 1", c.tokens);
   FP4_CHECK(p.heads > 0 && p.heads <= 65535, "indexer_topk: {} index heads, expected 1 to 65535",
@@ -77,13 +80,15 @@ detail::IndexerArgs checked_args(const IndexerTopkParams& p, const IndexerTopkOp
   a.dtype = l.dtype;
   a.scale = p.scale;
   a.index_q = p.index_q;
+  a.query_format = p.query_format;
   a.heads = static_cast<int>(p.heads);
   a.head_dim = static_cast<int>(p.head_dim);
   a.topk = static_cast<int>(p.topk);
   a.init_blocks = static_cast<int>(p.init_blocks);
   a.local_blocks = static_cast<int>(p.local_blocks);
   a.selected = p.selected;
-  a.tensor_cores = options.math == IndexerMath::kTensorCores;
+  a.tensor_cores = options.math != IndexerMath::kExact;
+  a.fp8_mma = options.math == IndexerMath::kFp8TensorCores;
   FP4_CHECK(detail::indexer_score_smem_bytes(a) <= detail::kMaxScoreSmem,
             "indexer_topk: {} index heads of {} values do not fit in shared memory beside the "
             "pages", p.heads, p.head_dim);
@@ -100,13 +105,16 @@ int64_t resident_ctas(const detail::IndexerArgs& a) {
     kvcache::PageDType dtype;
     int head_dim, heads, page_tokens;
     bool tensor_cores;
+    bool fp8_kernel, fp8_query;
     bool operator<(const Key& o) const {
-      return std::tie(device, dtype, head_dim, heads, page_tokens, tensor_cores) <
-             std::tie(o.device, o.dtype, o.head_dim, o.heads, o.page_tokens, o.tensor_cores);
+      return std::tie(device, dtype, head_dim, heads, page_tokens, tensor_cores, fp8_kernel, fp8_query) <
+             std::tie(o.device, o.dtype, o.head_dim, o.heads, o.page_tokens, o.tensor_cores, o.fp8_kernel,
+                      o.fp8_query);
     }
   };
   thread_local std::map<Key, int64_t> cache;
-  Key key{0, a.dtype, a.head_dim, a.heads, a.page_tokens, detail::indexer_score_on_tensor_cores(a)};
+  Key key{0, a.dtype, a.head_dim, a.heads, a.page_tokens, detail::indexer_score_on_tensor_cores(a),
+          detail::fp8_score_variant(a).kernel != nullptr, a.query_format != IndexQueryFormat::kFP32};
   FP4_CUDA_CHECK(cudaGetDevice(&key.device));
   const auto it = cache.find(key);
   if (it != cache.end()) return it->second;

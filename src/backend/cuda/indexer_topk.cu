@@ -155,7 +155,9 @@ __device__ __forceinline__ void key_dots(const uint8_t* codes, const uint8_t* sc
 // Grid (tokens, splits): CTA (t, s) scores blocks [s, s + 1) * blocks_per_split of token t for
 // every head. Its pages stream through shared memory (PageStream), the next ones' copies in
 // flight while the current one is scored; each thread scores one key.
-template <PageDType D, int kDim>
+// kRounded: the query is FP8 (a.query_format), rounded here as the CPU rounds it; a template
+// parameter so that the FP32 query's kernel carries none of the rounding's registers.
+template <PageDType D, int kDim, bool kRounded>
 __global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(IndexerArgs a) {
   using R = Rows<D, kDim>;
   extern __shared__ float4 smem[];  // queries [heads rounded up to 4, kDim], then the stages
@@ -167,8 +169,12 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(IndexerArg
   const float* q = a.index_q + t * a.heads * kDim;
   // NVFP4 keys come out of decode_chunk times 2^-14, so the queries go in times 2^14 (exact).
   constexpr float kQueryScale = D == PageDType::kNVFP4 ? 0x1p14f : 1.0f;
-  for (int i = threadIdx.x; i < heads_padded * kDim; i += kScoreThreads)
-    q_s[i] = i < a.heads * kDim ? __fmul_rn(q[i], kQueryScale) : 0.0f;
+  if constexpr (kRounded) {
+    round_query_rows(q, q_s, a.heads, heads_padded, kDim, a.query_format, kQueryScale);
+  } else {
+    for (int i = threadIdx.x; i < heads_padded * kDim; i += kScoreThreads)
+      q_s[i] = i < a.heads * kDim ? __fmul_rn(q[i], kQueryScale) : 0.0f;
+  }
 
   const float kNegInf = __int_as_float(0xFF800000);
   Dequant dq;
@@ -358,7 +364,9 @@ size_t query_bytes(const IndexerArgs& a) {
 template <PageDType D, int kDim>
 ScoreVariant variant(const IndexerArgs& a) {
   using R = Rows<D, kDim>;
-  return {indexer_score_kernel<D, kDim>, query_bytes(a) + static_cast<size_t>(R::kStages) * R::stage_bytes(a.page_tokens)};
+  const ScoreKernel kernel = a.query_format == IndexQueryFormat::kFP32 ? indexer_score_kernel<D, kDim, false>
+                                                                       : indexer_score_kernel<D, kDim, true>;
+  return {kernel, query_bytes(a) + static_cast<size_t>(R::kStages) * R::stage_bytes(a.page_tokens)};
 }
 
 template <PageDType D>

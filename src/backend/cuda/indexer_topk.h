@@ -26,8 +26,9 @@
 namespace fp4::cuda {
 
 enum class IndexerMath {
-  kTensorCores,  // BF16/FP8/NVFP4 pages, index head_dim 64/128/256, up to 16 heads; else exact
-  kExact,        // the CPU reference's floats, bit for bit (FP32 pages always)
+  kTensorCores,     // BF16/FP8/NVFP4 pages, index head_dim 64/128/256, up to 16 heads; else exact
+  kFp8TensorCores,  // NVFP4 pages with an FP8 query on FP8 MMAs; else as kTensorCores
+  kExact,           // the CPU reference's floats, bit for bit (FP32 pages always)
 };
 
 struct IndexerTopkOptions {
@@ -70,9 +71,11 @@ struct IndexerArgs {
   kvcache::PageDType dtype = kvcache::PageDType::kFP32;
   float scale = 1.0f;                     // FP8 dequantization scale
   const float* index_q = nullptr;         // [tokens, heads, head_dim]
+  IndexQueryFormat query_format = IndexQueryFormat::kFP32;
   int heads = 0, head_dim = 0;
   int topk = 0, init_blocks = 0, local_blocks = 0;
   bool tensor_cores = false;               // asked for; used where the shapes allow
+  bool fp8_mma = false;                    // the FP8 kernel asked for (NVFP4 pages, FP8 query)
   int blocks_per_split = 0;               // blocks each scoring CTA covers
   float* scores = nullptr;                // [tokens, heads, max_blocks]
   int32_t* selected = nullptr;            // [heads, tokens, topk]
@@ -96,6 +99,8 @@ struct ScoreVariant {
 // The tensor-core scoring kernel for these shapes (indexer_score_mma.cu); no kernel when it
 // does not take them.
 ScoreVariant mma_score_variant(const IndexerArgs& a);
+// The FP8 tensor-core kernel (indexer_score_fp8.cu): NVFP4 pages with an FP8 query, when asked.
+ScoreVariant fp8_score_variant(const IndexerArgs& a);
 bool indexer_score_on_tensor_cores(const IndexerArgs& a);
 
 // Scoring CTAs that fit on the device at once, for choosing the split.

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/cuda/indexer_topk.h"
+#include "formats/e4m3_query.h"
 #include "kvcache/page_layout.h"
 
 namespace fp4::cuda::detail {
@@ -112,6 +113,35 @@ struct PageStream {
     return here;
   }
 };
+
+// The FP8 query's shift (formats/e4m3_query.h) of one head's row q[0, dim), computed by a whole
+// warp, returned to every lane. fmaxf skips NaN as the CPU's amax does.
+__device__ __forceinline__ int warp_query_shift(const float* q, int dim, int lane) {
+  float amax = 0.0f;
+  for (int e = lane; e < dim; e += 32) amax = fmaxf(amax, fabsf(q[e]));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+  return e4m3_query_shift(amax);
+}
+
+__device__ __forceinline__ int query_parts(IndexQueryFormat f) { return f == IndexQueryFormat::kE4M3x2 ? 2 : 1; }
+
+// A query element as the indexer scores it: as given, or its FP8 rounding read back.
+__device__ __forceinline__ float scored_query(float x, int shift, IndexQueryFormat f) {
+  return f == IndexQueryFormat::kFP32 ? x : e4m3_query_decode(e4m3_query_encode(x, shift, query_parts(f)), shift);
+}
+
+// A token's query rows q [heads, dim] as the indexer scores them (the FP8 rounding read back),
+// times `scale` (exact: a power of two), into rows [padded_heads, dim] (zeros past `heads`),
+// one warp per head.
+__device__ __forceinline__ void round_query_rows(const float* q, float* rows, int heads, int padded_heads, int dim,
+                                                 IndexQueryFormat f, float scale) {
+  const int lane = threadIdx.x % 32;
+  for (int h = threadIdx.x / 32; h < padded_heads; h += kScoreThreads / 32) {
+    const int shift = h < heads ? warp_query_shift(q + h * dim, dim, lane) : 0;
+    for (int e = lane; e < dim; e += 32) rows[h * dim + e] = h < heads ? __fmul_rn(scored_query(q[h * dim + e], shift, f), scale) : 0.0f;
+  }
+}
 
 __device__ __forceinline__ int64_t visible_blocks(const IndexerArgs& a, int64_t t) {
   const int64_t blocks = a.positions[t] / a.page_tokens + 1;

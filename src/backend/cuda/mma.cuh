@@ -47,6 +47,28 @@ __device__ __forceinline__ void mma_m16n8k16_f16(float c[4], const uint32_t a[4]
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// d = a . b for a 16x32 E4M3 A (row-major fragment: a0 / a1 rows g / g + 8 at k 4c..4c+3, a2 /
+// a3 the same rows at k 16+4c..) and a 32x8 E4M3 B (b0 at k 4c.., b1 at k 16+4c.., column g),
+// FP32 accumulation from zero. On sm_90a ptxas builds it from two FP16 MMAs (HMMA.16816.F32)
+// and converts both operands to FP16 first (F2FP): exact, but no faster than FP16 MMAs on
+// values already in FP16; only wgmma multiplies FP8 natively on Hopper.
+__device__ __forceinline__ void mma_m16n8k32_e4m3(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%10, %10, %10, %10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
+// Eight E2M1 codes (value i in nibble i of w) as two words of four E4M3 codes: `even` holds
+// values 0, 2, 4, 6, `odd` values 1, 3, 5, 7. Each code's sign and magnitude placed as
+// sign << 7 | magnitude << 2 is an E4M3 code of the value times 2^-6, exactly (0.5 lands on a
+// subnormal, as it should); no placed code is NaN.
+__device__ __forceinline__ void e2m1x8_to_e4m3x8(uint32_t w, uint32_t& even, uint32_t& odd) {
+  even = ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u);
+  odd = ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);
+}
+
 // Two E4M3 codes (low byte first) as an FP16 pair: exact, NaN kept (one conversion).
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
   uint32_t d;

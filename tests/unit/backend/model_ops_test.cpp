@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
+#include "formats/e4m3_query.h"
 #include "formats/minifloat.h"
 #include "tests/support/paged_batch.h"
 #include "tests/support/random.h"
@@ -199,6 +200,53 @@ TEST(CpuIndexer, SelectsForcedThenBestBlocksAscendingWithTiesToLowerIds) {
         EXPECT_EQ(got, want) << "position " << f.positions[t] << " head " << h << " init " << init;
       }
     }
+  }
+}
+
+// The FP8 query formats score the query as formats/e4m3_query.h rounds it, per head and token.
+// Gaussian queries so the rounding changes them; rounded, they are multiples of 2^-9 under 2^9
+// in their head's scaled units, so with small-integer keys every score is exact and the
+// selection must be the double reference's on the rounded query, ties included.
+TEST(CpuIndexer, Fp8QueryFormatsScoreTheRoundedQuery) {
+  auto rng = testing::seeded_rng(5);
+  const int64_t heads = 3, dim = 32, topk = 8;
+  PagedBatch f({1, 1000, 2049, 3000}, 3, rng);
+  const auto layout = kvcache::index_page_layout(PageDType::kFP32, dim);
+  std::vector<uint8_t> pool(f.num_pages * layout.page_bytes, 0xFF);
+  std::vector<std::vector<float>> keys(f.num_seqs);
+  for (int64_t s = 0; s < f.num_seqs; ++s) {
+    keys[s] = small_integers(f.context[s] * dim, rng);
+    for (int64_t j = 0; j < f.context[s]; ++j) {
+      const int64_t slot = f.slot(s, j);
+      kvcache::write_index_token(layout, &pool[slot / 128 * layout.page_bytes], slot % 128, &keys[s][j * dim]);
+    }
+  }
+  const auto q = testing::random_floats(f.tokens() * heads * dim, testing::Distribution::kGaussian, rng);
+  for (IndexQueryFormat format : {IndexQueryFormat::kE4M3, IndexQueryFormat::kE4M3x2}) {
+    const int parts = format == IndexQueryFormat::kE4M3x2 ? 2 : 1;
+    std::vector<int32_t> selected(heads * f.tokens() * topk, 7);
+    cpu::indexer_topk({.ctx = f.ctx(), .layout = &layout, .pool = pool.data(), .num_pages = f.num_pages,
+                       .scale = 1.0f, .index_q = q.data(), .heads = heads, .head_dim = dim, .topk = topk,
+                       .init_blocks = 1, .local_blocks = 1, .selected = selected.data(), .query_format = format});
+    int rounded_differently = 0;
+    for (int64_t t = 0; t < f.tokens(); ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        std::vector<float> qh(q.begin() + (t * heads + h) * dim, q.begin() + (t * heads + h + 1) * dim);
+        float amax = 0.0f;
+        for (float x : qh) amax = std::max(amax, std::abs(x));
+        const int shift = e4m3_query_shift(amax);
+        for (float& x : qh) {
+          const float rounded = e4m3_query_decode(e4m3_query_encode(x, shift, parts), shift);
+          rounded_differently += rounded != x;
+          x = rounded;
+        }
+        const auto want = reference_selection(qh, keys[f.seq_of_token[t]], f.positions[t], dim, topk, 1, 1);
+        const std::vector<int32_t> got(selected.begin() + (h * f.tokens() + t) * topk,
+                                       selected.begin() + (h * f.tokens() + t + 1) * topk);
+        EXPECT_EQ(got, want) << "position " << f.positions[t] << " head " << h << " parts " << parts;
+      }
+    }
+    EXPECT_GT(rounded_differently, 0) << "the rounding must change Gaussian queries";
   }
 }
 
