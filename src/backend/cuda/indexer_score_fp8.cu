@@ -2,7 +2,9 @@
 // query in one or two E4M3 parts (formats/e4m3_query.h), the keys' E2M1 codes placed as E4M3
 // codes (the value times 2^-6, exact, two operations per four codes), mma.m16n8k32 with FP32
 // accumulation, and each block's E4M3 scale applied to the MMA's partial sums (one FFMA each),
-// so the keys stay exact and only the query carries the FP8 rounding.
+// so the keys stay exact and only the query carries the FP8 rounding. Opt-in
+// (IndexerMath::kFp8TensorCores): on sm_90a ptxas builds each E4M3 mma.sync from two FP16 MMAs
+// on converted operands, which makes this kernel slower than the FP16 one on the same query.
 //
 // Each warp scores 32 keys of a page as two 16-key tiles (the page streaming of
 // indexer_warp_chunks.cuh). Thread c of a row group reads word c of each 16-byte unit of its
@@ -106,11 +108,8 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_fp8_kernel(Indexe
 
   const float kNegInf = __int_as_float(0xFF800000);
   float* scores = a.scores + t * a.heads * a.max_blocks;
-  const BlockRange range = split_blocks(a, t, scores);
   using Stream = WarpChunks<PageDType::kNVFP4, kDim, R::kStride>;
-  Stream stream{a, rings + warp * C::kStages * C::kBytes, a.block_tables + a.seq_of_token[t] * a.max_blocks,
-                scores, a.positions[t], static_cast<int>(range.end), lane};
-  stream.start(static_cast<int>(range.first) + warp);
+  Stream stream = start_warp_chunks<PageDType::kNVFP4, kDim, R::kStride>(a, rings, t, scores, lane);
   const int c = lane % 4, group = lane / 4;
   float best[kPasses];
 #pragma unroll
@@ -151,17 +150,12 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_fp8_kernel(Indexe
         }
       }
 #pragma unroll
-      for (int p = 0; p < kPasses; ++p) {
-        // hi + lo of rows group and group + 8; fmaxf skips a NaN dot product (a NaN scale or
-        // query), as the CPU's std::max(best, dot) does.
-        best[p] = fmaxf(best[p], fmaxf(acc[p][0] + acc[p][1], acc[p][2] + acc[p][3]));
-      }
+      for (int p = 0; p < kPasses; ++p) best[p] = fold_tile(best[p], acc[p]);  // a NaN scale or query is skipped
     }
     if (tag < 0) continue;  // the page goes on in the next chunk
 #pragma unroll
     for (int p = 0; p < kPasses; ++p) {
-#pragma unroll
-      for (int offset = 4; offset < 32; offset <<= 1) best[p] = fmaxf(best[p], __shfl_xor_sync(0xFFFFFFFFu, best[p], offset));
+      best[p] = page_max(best[p]);
       const int h = p * kHeadsPerPass + lane;
       if (lane < kHeadsPerPass && h < a.heads) scores[h * a.max_blocks + tag] = ldexpf(best[p], kKeyShift - head_shift[h]);
       best[p] = kNegInf;

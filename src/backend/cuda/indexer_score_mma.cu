@@ -174,10 +174,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
 
   const float kNegInf = __int_as_float(0xFF800000);
   float* scores = a.scores + t * a.heads * a.max_blocks;
-  const BlockRange range = split_blocks(a, t, scores);
-  WarpChunks<D, kDim, S::kStride> stream{a, rings + warp * C::kStages * C::kBytes, a.block_tables + a.seq_of_token[t] * a.max_blocks,
-                             scores, a.positions[t], static_cast<int>(range.end), lane};
-  stream.start(static_cast<int>(range.first) + warp);
+  WarpChunks<D, kDim, S::kStride> stream = start_warp_chunks<D, kDim, S::kStride>(a, rings, t, scores, lane);
   const int c = lane % 4, group = lane / 4;
   // Thread (group, c) keeps the maximum of head 4p + c of each pass over its rows.
   float best[kPasses];
@@ -213,17 +210,12 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
         }
       }
 #pragma unroll
-      for (int p = 0; p < kPasses; ++p) {
-        // hi + lo of rows group and group + 8; fmaxf skips a NaN dot product (a NaN key), as
-        // the CPU's std::max(best, dot) does.
-        best[p] = fmaxf(best[p], fmaxf(acc[p][0] + acc[p][1], acc[p][2] + acc[p][3]));
-      }
+      for (int p = 0; p < kPasses; ++p) best[p] = fold_tile(best[p], acc[p]);  // a NaN key is skipped
     }
     if (tag < 0) continue;  // the page goes on in the next chunk
 #pragma unroll
     for (int p = 0; p < kPasses; ++p) {
-#pragma unroll
-      for (int offset = 4; offset < 32; offset <<= 1) best[p] = fmaxf(best[p], __shfl_xor_sync(0xFFFFFFFFu, best[p], offset));
+      best[p] = page_max(best[p]);
       const int h = p * kHeadsPerPass + lane;
       if (lane < kHeadsPerPass && h < a.heads) {
         float m = best[p];

@@ -153,4 +153,34 @@ struct WarpChunks {
   }
 };
 
+// This warp's stream of token t's blocks in the CTA's split (`rings`: the CTA's chunk rings),
+// its first chunks in flight; the split's blocks past the visible ones get -inf in `scores`.
+template <kvcache::PageDType D, int kDim, int kRowStride>
+__device__ __forceinline__ WarpChunks<D, kDim, kRowStride> start_warp_chunks(const IndexerArgs& a, uint8_t* rings,
+                                                                             int64_t t, float* scores, int lane) {
+  using C = Chunk<D, kDim, kRowStride>;
+  const int warp = threadIdx.x / 32;
+  const BlockRange range = split_blocks(a, t, scores);
+  WarpChunks<D, kDim, kRowStride> stream{a, rings + warp * C::kStages * C::kBytes,
+                                         a.block_tables + a.seq_of_token[t] * a.max_blocks,
+                                         scores, a.positions[t], static_cast<int>(range.end), lane};
+  stream.start(static_cast<int>(range.first) + warp);
+  return stream;
+}
+
+// A 16-key tile's accumulators folded into a thread's running block maximum: the thread holds
+// one head's hi and lo columns for rows group and group + 8, added before the maximum. fmaxf
+// skips a NaN dot product (a NaN key or query), as the CPU's std::max(best, dot) does.
+__device__ __forceinline__ float fold_tile(float best, const float acc[4]) {
+  return fmaxf(best, fmaxf(acc[0] + acc[1], acc[2] + acc[3]));
+}
+
+// The page's maximum of the head a thread holds (c = lane % 4), over the warp's 8 row groups:
+// lanes 0 to 3 hold it for heads c of the pass.
+__device__ __forceinline__ float page_max(float best) {
+#pragma unroll
+  for (int offset = 4; offset < 32; offset <<= 1) best = fmaxf(best, __shfl_xor_sync(0xFFFFFFFFu, best, offset));
+  return best;
+}
+
 }  // namespace fp4::cuda::detail
