@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/expert_gemm.h"
 #include "backend/cuda/mma.cuh"
 
@@ -53,11 +54,9 @@ __device__ __forceinline__ uint32_t f16x2(float lo, float hi) {
 __device__ __forceinline__ float bf16_lo(uint32_t pair) { return __uint_as_float(pair << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t pair) { return __uint_as_float(pair & 0xFFFF0000u); }
 
-// Programmatic dependent launch (sm_90): scale_rows_kernel lets the matmul launch as soon as
-// every one of its CTAs has started, and the matmul finds its expert and fills its weights ring
-// before it waits for the activations. Both are no-ops in a launch made without the attribute.
-__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void wait_for_prerequisite_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// Programmatic dependent launch (dependent_launch.cuh): scale_rows_kernel lets the matmul launch
+// as soon as every one of its CTAs has started, and the matmul finds its expert and fills its
+// weights ring before it waits for the activations.
 
 // The rows of the index-th expert that has rows, in expert order (expert -1 when fewer have
 // them), found by one warp from the offsets alone, so that a CTA knows its weights before the
@@ -353,19 +352,11 @@ __global__ void __launch_bounds__(kExpertGemmThreads, kMinCtasPerSm) expert_gemm
 template <ExpertGemmF16Variant kVariant>
 cudaError_t launch_main(const ExpertGemmParams& p, dim3 grid, const uint4* x16, const float* out_scale,
                         cudaStream_t stream) {
-  cudaLaunchAttribute overlap{};
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(kExpertGemmThreads);
-  config.stream = stream;
-  config.attrs = &overlap;
-  config.numAttrs = 1;
+  const dim3 block(kExpertGemmThreads);
   if (p.k % kExpertGemmStepK == 0) {
-    return cudaLaunchKernelEx(&config, expert_gemm_f16_kernel<false, kVariant>, p, x16, out_scale);
+    return launch_dependent(expert_gemm_f16_kernel<false, kVariant>, grid, block, 0, stream, p, x16, out_scale);
   }
-  return cudaLaunchKernelEx(&config, expert_gemm_f16_kernel<true, kVariant>, p, x16, out_scale);
+  return launch_dependent(expert_gemm_f16_kernel<true, kVariant>, grid, block, 0, stream, p, x16, out_scale);
 }
 
 }  // namespace

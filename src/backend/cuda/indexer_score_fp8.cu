@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/indexer_topk.h"
 #include "backend/cuda/indexer_topk_device.cuh"
 #include "backend/cuda/indexer_warp_chunks.cuh"
@@ -69,6 +70,7 @@ __device__ __forceinline__ float2 block_scale_pair(const uint32_t* words, int u)
 // ring.
 template <int kDim, int kPasses>
 __global__ void __launch_bounds__(kScoreThreads) indexer_score_fp8_kernel(IndexerArgs a) {
+  allow_dependent_launch();  // the select kernel's CTAs wait for the scores themselves
   using R = Fp8Rows<kDim>;
   using C = Chunk<PageDType::kNVFP4, kDim, R::kStride>;
   extern __shared__ uint4 smem[];

@@ -14,6 +14,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/indexer_topk.h"
 #include "backend/cuda/indexer_topk_device.cuh"
 #include "backend/cuda/indexer_warp_chunks.cuh"
@@ -106,6 +107,7 @@ __device__ __forceinline__ void unit_to_pairs(const uint8_t* codes, const uint8_
 // leaves the warp.
 template <PageDType D, int kDim, int kPasses>
 __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(IndexerArgs a) {
+  allow_dependent_launch();  // the select kernel's CTAs wait for the scores themselves
   using S = Split<D, kDim>;
   using C = Chunk<D, kDim, S::kStride>;
   extern __shared__ uint4 smem[];

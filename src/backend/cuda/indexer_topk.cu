@@ -11,6 +11,7 @@
 #include <map>
 #include <utility>
 
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/indexer_topk.h"
 #include "backend/cuda/indexer_topk_device.cuh"
 #include "formats/minifloat.h"
@@ -159,6 +160,7 @@ __device__ __forceinline__ void key_dots(const uint8_t* codes, const uint8_t* sc
 // parameter so that the FP32 query's kernel carries none of the rounding's registers.
 template <PageDType D, int kDim, bool kRounded>
 __global__ void __launch_bounds__(kScoreThreads) indexer_score_kernel(IndexerArgs a) {
+  allow_dependent_launch();  // the select kernel's CTAs wait for the scores themselves
   using R = Rows<D, kDim>;
   extern __shared__ float4 smem[];  // queries [heads rounded up to 4, kDim], then the stages
   __shared__ float partial[kWarps][kHeadsPerPass];
@@ -269,6 +271,7 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_select_kernel(IndexerA
     for (int i = threadIdx.x; i < a.topk; i += kSelectThreads) out[i] = i < visible ? i : -1;
     return;  // the whole CTA: no barrier follows
   }
+  wait_for_prerequisite_grid();  // the scoring kernel's scores
   const float* scores = a.scores + (t * a.heads + h) * a.max_blocks;
   // visible > topk >= init + local, so the candidates [lo, hi) outnumber the free slots.
   const int64_t lo = a.init_blocks, hi = visible - a.local_blocks;
@@ -434,10 +437,11 @@ cudaError_t launch_indexer_scores(const IndexerArgs& a, unsigned splits, cudaStr
   return cudaGetLastError();
 }
 
+// A programmatic dependent of the scoring kernel: its launch, and its CTAs whose tokens see
+// topk blocks or fewer (no scores needed), overlap the scoring's last CTAs.
 cudaError_t launch_indexer_select(const IndexerArgs& a, cudaStream_t stream) {
-  const unsigned grid = static_cast<unsigned>(a.tokens * a.heads);
-  indexer_select_kernel<<<grid, kSelectThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  const dim3 grid(static_cast<unsigned>(a.tokens * a.heads));
+  return launch_dependent(indexer_select_kernel, grid, dim3(kSelectThreads), 0, stream, a);
 }
 
 }  // namespace fp4::cuda::detail
