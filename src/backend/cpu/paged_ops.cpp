@@ -101,11 +101,11 @@ float dot(const float* a, const float* b, int64_t n) {
   return (acc[0] + acc[2]) + (acc[1] + acc[3]) + tail;
 }
 
-// The query as the indexer scores it: index_q itself, or each head's FP8 rounding.
-std::vector<float> scored_query(const IndexerTopkParams& p) {
+// An FP8 query as the indexer scores it: each head's rounding, read back (p.query_format is
+// not kFP32).
+std::vector<float> rounded_query(const IndexerTopkParams& p) {
   const int64_t rows = p.ctx.tokens * p.heads, d = p.head_dim;
   std::vector<float> q(p.index_q, p.index_q + rows * d);
-  if (p.query_format == IndexQueryFormat::kFP32) return q;
   const int parts = p.query_format == IndexQueryFormat::kE4M3x2 ? 2 : 1;
   for (int64_t r = 0; r < rows; ++r) {
     float* x = &q[r * d];
@@ -164,7 +164,8 @@ void indexer_topk(const IndexerTopkParams& p) {
     for (int64_t b = 0; b <= c.positions[t] / page_tokens; ++b) cache.need(c.seq_of_token[t], b);
   }
   cache.load(p.pool, p.num_pages, {}, p.scale);
-  const std::vector<float> query = scored_query(p);
+  const std::vector<float> rounded = p.query_format == IndexQueryFormat::kFP32 ? std::vector<float>{} : rounded_query(p);
+  const float* query = rounded.empty() ? p.index_q : rounded.data();
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   parallel_for_cost(c.tokens * p.heads, (c.positions[c.tokens - 1] + 1) * p.head_dim,
                     [&](int64_t i0, int64_t i1) {
@@ -180,7 +181,7 @@ void indexer_topk(const IndexerTopkParams& p) {
         for (int64_t b = 0; b < blocks; ++b) out[b] = static_cast<int32_t>(b);
         continue;
       }
-      const float* q = &query[(t * p.heads + h) * p.head_dim];
+      const float* q = query + (t * p.heads + h) * p.head_dim;
       score.assign(static_cast<size_t>(blocks), kNegInf);
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t last = std::min(page_tokens, pos + 1 - b * page_tokens);
