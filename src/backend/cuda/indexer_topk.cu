@@ -269,6 +269,9 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_select_kernel(IndexerA
   const int64_t visible = visible_blocks(a, t);
   if (visible <= a.topk) {
     for (int i = threadIdx.x; i < a.topk; i += kSelectThreads) out[i] = i < visible ? i : -1;
+    // No scores needed; the wait only keeps this grid from finishing before the scoring one, so
+    // that the stream's next kernel finds both done.
+    wait_for_prerequisite_grid();
     return;  // the whole CTA: no barrier follows
   }
   wait_for_prerequisite_grid();  // the scoring kernel's scores
@@ -437,8 +440,9 @@ cudaError_t launch_indexer_scores(const IndexerArgs& a, unsigned splits, cudaStr
   return cudaGetLastError();
 }
 
-// A programmatic dependent of the scoring kernel: its launch, and its CTAs whose tokens see
-// topk blocks or fewer (no scores needed), overlap the scoring's last CTAs.
+// A programmatic dependent of the scoring kernel: its launch, and the outputs of its CTAs whose
+// tokens see topk blocks or fewer (no scores needed), overlap the scoring's last CTAs. Every CTA
+// waits for the scoring kernel before it exits.
 cudaError_t launch_indexer_select(const IndexerArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.tokens * a.heads));
   return launch_dependent(indexer_select_kernel, grid, dim3(kSelectThreads), 0, stream, a);
