@@ -194,6 +194,17 @@ TEST(Engine, RequestsThatCanNeverRunAreRefused) {
   testing::expect_error([&] { engine.validate(r); }, {"temperature"});
 }
 
+TEST(CacheFormats, FlagsNameTheCachesAndTheIndexQuery) {
+  const model::CacheFormats f = cache_formats("nvfp4", "auto", "fp8x2");
+  EXPECT_EQ(f.kv, kvcache::PageDType::kNVFP4);
+  EXPECT_EQ(f.index, kvcache::PageDType::kNVFP4);
+  EXPECT_EQ(f.index_query, IndexQueryFormat::kE4M3x2);
+  EXPECT_EQ(cache_formats("bf16", "fp8", "fp8").index_query, IndexQueryFormat::kE4M3);
+  EXPECT_EQ(cache_formats("bf16", "fp8").index_query, IndexQueryFormat::kFP32);
+  EXPECT_EQ(cache_formats("bf16", "fp8").index, kvcache::PageDType::kFP8);
+  testing::expect_error([] { cache_formats("nvfp4", "auto", "int8"); }, {"--index-query-dtype", "int8"});
+}
+
 TEST(AsyncEngine, ConcurrentClientsGetTheTokensTheyGetAlone) {
   auto rng = testing::seeded_rng(4);
   const LoadedModel model = random_model(tiny_m3_config(), rng);
