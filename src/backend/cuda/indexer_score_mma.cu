@@ -8,7 +8,9 @@
 // query to 2^-22), and its block maxima are scaled back. The dot products are permuted along
 // head_dim so that each thread reads whole 16-byte units of its rows (B is permuted the same
 // way), and each thread's accumulator pairs are one head's hi and lo columns, added in place
-// before the block maximum.
+// before the block maximum. The query split is index_q, or its FP8 rounding read back when
+// the params ask for an FP8 query (the FP8 MMA kernel, indexer_score_fp8.cu, is the other way
+// to take that query on NVFP4 pages).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>

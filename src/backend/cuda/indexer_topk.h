@@ -7,13 +7,15 @@
 // (head, token) radix-selects the threshold of the free slots and writes the top-k ids
 // ascending, ties to the lower block id.
 //
-// Two ways to score. Exact (CUDA cores): the dot products are the CPU's operation for operation
-// (four strided partial sums, combined as (s0 + s2) + (s1 + s3)), so the scores, and hence the
+// Three ways to score, each on the query the params name (index_q, or its FP8 rounding read
+// back). Exact (CUDA cores): the dot products are the CPU's operation for operation (four
+// strided partial sums, combined as (s0 + s2) + (s1 + s3)), so the scores, and hence the
 // selections, equal the reference's bit for bit. Tensor cores (the default where they apply):
 // keys dequantized exactly in registers (BF16 pages as BF16, FP8 and NVFP4 as FP16), the query
 // split into hi + lo of the same type, MMAs with FP32 accumulation; each score is within a
 // derived bound of the reference's, so selections can differ only between blocks whose scores
-// are that close.
+// are that close. FP8 tensor cores (asked for; NVFP4 pages with an FP8 query): E2M1 codes as
+// E4M3 on FP8 MMAs, the block scales on their FP32 sums, also within a derived bound.
 #pragma once
 
 #include <cuda_runtime_api.h>
