@@ -1,8 +1,8 @@
 // The MSA indexer's FP8 path for NVFP4 index pages (docs/kernels/indexer.md, "FP8 path"): the
 // query in one or two E4M3 parts (formats/e4m3_query.h), the keys' E2M1 codes placed as E4M3
-// codes (the value times 2^-6, exact, two operations per four codes), mma.m16n8k32 with FP32
-// accumulation, and each block's E4M3 scale applied to the MMA's partial sums (one FFMA each),
-// so the keys stay exact and only the query carries the FP8 rounding. Opt-in
+// codes (the value times 2^-6, exact, about 7 integer operations per 8 codes), mma.m16n8k32
+// with FP32 accumulation, and each block's E4M3 scale applied to the MMA's partial sums (one
+// FFMA each), so the keys stay exact and only the query carries the FP8 rounding. Opt-in
 // (IndexerMath::kFp8TensorCores): on sm_90a ptxas builds each E4M3 mma.sync from two FP16 MMAs
 // on converted operands, which makes this kernel slower than the FP16 one on the same query.
 //
