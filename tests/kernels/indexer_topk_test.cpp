@@ -1,7 +1,8 @@
-// The CUDA MSA indexer against fp4::cpu::indexer_topk on the same pages, with both ways of
-// scoring (exact on CUDA cores; tensor cores): several sequences per step with shuffled page
-// tables, contexts around the 128-token page and the 16-block (2048-token) dense limit, every
-// index page format, init blocks 0 and 1. Small-integer inputs make ties common, so the tie
+// The CUDA MSA indexer against fp4::cpu::indexer_topk on the same pages, with every way of
+// scoring (exact on CUDA cores; FP16/BF16 tensor cores; FP8 tensor cores) and the FP32 and FP8
+// queries: several sequences per step with shuffled page tables, contexts around the 128-token
+// page and the 16-block (2048-token) dense limit, every index page format, init blocks 0 and 1;
+// every run's block scores are checked against exact ones within each path's derived bound. Small-integer inputs make ties common, so the tie
 // rule (lower block id) is checked exactly wherever both sides' scores are exact. Gaussian
 // inputs may differ only at a near-tie of the selection boundary, within a float tolerance
 // derived for each path (below); each near-tie is counted and printed. The exact path repeats
@@ -397,8 +398,8 @@ TEST_F(IndexerKernel, MatchesCpuOnOtherGeometries) {
 }
 
 // The FP8 query, in one or two E4M3 parts: every backend scores the rounded query, so the
-// kernels agree with the CPU as for the FP32 query, within the FP8 path's bound on NVFP4 pages
-// (its MMAs sum with fewer bits), and exactly where ties must agree. Also prints how many
+// kernels agree with the CPU as for the FP32 query, within the FP8 kernel's own bound on NVFP4
+// pages, and exactly where ties must agree. Also prints how many
 // selections the rounding itself changes against the FP32 query's: what the FP8 query gives up.
 TEST_F(IndexerKernel, MatchesCpuWithAnFp8Query) {
   auto rng = testing::seeded_rng(14);
