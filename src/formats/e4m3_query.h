@@ -53,4 +53,16 @@ FP4_HD float e4m3_query_decode(E4M3Parts p, int shift) {
   return times_pow2(e4m3_decode(p.hi) + e4m3_decode(p.lo), -shift);
 }
 
+// One head's query row x[0, n) rounded in place to its `parts` E4M3 codes and read back: the
+// scalar form of what the indexer scores (NaN elements do not enter the head's amax).
+inline void e4m3_query_round_row(float* x, int64_t n, int parts) {
+  float amax = 0.0f;
+  for (int64_t e = 0; e < n; ++e) {
+    const float a = bits_to_float(float_to_bits(x[e]) & 0x7FFFFFFFu);
+    amax = a > amax ? a : amax;
+  }
+  const int shift = e4m3_query_shift(amax);
+  for (int64_t e = 0; e < n; ++e) x[e] = e4m3_query_decode(e4m3_query_encode(x[e], shift, parts), shift);
+}
+
 }  // namespace fp4

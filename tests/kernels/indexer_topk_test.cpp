@@ -126,12 +126,7 @@ struct Case {
     std::vector<float> out = q;
     if (query_format == IndexQueryFormat::kFP32) return out;
     const int parts = query_format == IndexQueryFormat::kE4M3x2 ? 2 : 1;
-    for (size_t r = 0; r < out.size(); r += geo.dim) {
-      float amax = 0.0f;
-      for (int64_t e = 0; e < geo.dim; ++e) amax = std::max(amax, std::abs(out[r + e]));
-      const int shift = e4m3_query_shift(amax);
-      for (int64_t e = 0; e < geo.dim; ++e) out[r + e] = e4m3_query_decode(e4m3_query_encode(out[r + e], shift, parts), shift);
-    }
+    for (size_t r = 0; r < out.size(); r += geo.dim) e4m3_query_round_row(&out[r], geo.dim, parts);
     return out;
   }
 

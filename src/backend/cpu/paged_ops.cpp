@@ -9,7 +9,6 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
 #include "core/thread_pool.h"
-#include "formats/amax.h"
 #include "formats/e4m3_query.h"
 
 namespace fp4::cpu {
@@ -107,15 +106,7 @@ std::vector<float> rounded_query(const IndexerTopkParams& p) {
   const int64_t rows = p.ctx.tokens * p.heads, d = p.head_dim;
   std::vector<float> q(p.index_q, p.index_q + rows * d);
   const int parts = p.query_format == IndexQueryFormat::kE4M3x2 ? 2 : 1;
-  for (int64_t r = 0; r < rows; ++r) {
-    float* x = &q[r * d];
-    float amax = 0.0f;
-    bool has_nan = false;
-    for (int64_t e = 0; e < d; ++e) accumulate_amax(x[e], amax, has_nan);
-    // A NaN element makes every dot product of the head NaN, whatever the shift: amax skips it.
-    const int shift = e4m3_query_shift(amax);
-    for (int64_t e = 0; e < d; ++e) x[e] = e4m3_query_decode(e4m3_query_encode(x[e], shift, parts), shift);
-  }
+  for (int64_t r = 0; r < rows; ++r) e4m3_query_round_row(&q[r * d], d, parts);
   return q;
 }
 

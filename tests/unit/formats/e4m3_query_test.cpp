@@ -6,9 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <vector>
 
 namespace fp4 {
 namespace {
@@ -75,6 +77,26 @@ TEST(E4M3Query, RepresentableValuesRoundTripWithNoLowPart) {
   // Small integers with the head's shift: 3 x 2^6 = 192 is representable.
   for (float v : {-3.0f, -2.0f, -1.0f, 1.0f, 2.0f, 3.0f}) {
     EXPECT_EQ(e4m3_query_decode(e4m3_query_encode(v, e4m3_query_shift(3.0f), 1), e4m3_query_shift(3.0f)), v);
+  }
+}
+
+TEST(E4M3Query, RowRoundingTakesTheRowsAmaxAndSkipsNaN) {
+  std::mt19937_64 rng(43);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> row(96);
+  for (float& x : row) x = normal(rng);
+  row[17] = std::numeric_limits<float>::quiet_NaN();
+  float amax = 0.0f;
+  for (float x : row) amax = std::isnan(x) ? amax : std::max(amax, std::abs(x));
+  const int shift = e4m3_query_shift(amax);
+  for (int parts : {1, 2}) {
+    std::vector<float> rounded = row;
+    e4m3_query_round_row(rounded.data(), static_cast<int64_t>(rounded.size()), parts);
+    for (size_t e = 0; e < row.size(); ++e) {
+      const float want = e4m3_query_decode(e4m3_query_encode(row[e], shift, parts), shift);
+      if (std::isnan(want)) EXPECT_TRUE(std::isnan(rounded[e])) << e;
+      else EXPECT_EQ(rounded[e], want) << e << " parts " << parts;
+    }
   }
 }
 
