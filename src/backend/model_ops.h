@@ -196,6 +196,14 @@ struct IndexerTopkParams {
 // head h / (q_heads / kv_heads), keys j <= positions[t]; with `selected`, only keys inside the
 // listed blocks (per KV head and token, -1 entries ignored). Softmax of q.k * softmax_scale in
 // FP32; output [tokens, q_heads, head_dim].
+//
+// The operands of the two products: Q and the softmax weights as computed in FP32 (kFP32), or
+// both rounded to 16 bits (k16Bit; formats/attention_operands.h): each query head before its
+// scores, each weight (relative to the running maximum) before it multiplies V, while the
+// normalizer sums the FP32 weights. Every backend rounds alike, so the rounding is part of the
+// result, not an error of one backend.
+enum class AttentionOperands { kFP32, k16Bit };
+
 struct PagedAttentionParams {
   PagedContext ctx;
   const kvcache::PageLayout* layout = nullptr;
@@ -208,6 +216,7 @@ struct PagedAttentionParams {
   float softmax_scale = 1.0f;
   const int32_t* selected = nullptr;     // [kv_heads, tokens, topk] or nullptr for dense
   int64_t topk = 0;
+  AttentionOperands operands = AttentionOperands::kFP32;
 };
 
 // MoE dispatch: groups a routing's (token, slot) pairs (pair = token * top_k + slot) by

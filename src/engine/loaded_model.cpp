@@ -71,13 +71,17 @@ kvcache::PageDType parse_cache_flag(const std::string& text, const std::string& 
 }
 
 model::CacheFormats cache_formats(const std::string& kv_flag, const std::string& index_flag,
-                                  const std::string& index_query_flag) {
+                                  const std::string& index_query_flag,
+                                  const std::string& attention_operands_flag) {
   model::CacheFormats f;
   f.kv = parse_cache_flag(kv_flag, "--kv-cache-dtype");
   f.index = index_flag == "auto" ? f.kv : parse_cache_flag(index_flag, "--index-cache-dtype");
   if (index_query_flag == "fp8") f.index_query = IndexQueryFormat::kE4M3;
   else if (index_query_flag == "fp8x2") f.index_query = IndexQueryFormat::kE4M3x2;
   else FP4_CHECK(index_query_flag == "fp32", "--index-query-dtype: expected fp32, fp8 or fp8x2, got '{}'", index_query_flag);
+  if (attention_operands_flag == "16bit") f.attention_operands = AttentionOperands::k16Bit;
+  else FP4_CHECK(attention_operands_flag == "fp32", "--attention-operands: expected fp32 or 16bit, got '{}'",
+                 attention_operands_flag);
   return f;
 }
 

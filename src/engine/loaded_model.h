@@ -44,9 +44,12 @@ LoadedModel load_model(const LoadOptions& options);
 
 // Cache page formats from the --kv-cache-dtype / --index-cache-dtype spellings: auto, fp32,
 // bf16, fp8 (fp8_e4m3), nvfp4. "auto" keeps the model's compute precision: FP32 on the CPU
-// backend. An index cache of "auto" follows the main cache.
+// backend. An index cache of "auto" follows the main cache. The indexer's query
+// (--index-query-dtype: fp32, fp8, fp8x2) and attention's operands (--attention-operands:
+// fp32, 16bit) ride along.
 kvcache::PageDType parse_cache_flag(const std::string& text, const std::string& flag);
 model::CacheFormats cache_formats(const std::string& kv_flag, const std::string& index_flag,
-                                  const std::string& index_query_flag = "fp32");
+                                  const std::string& index_query_flag = "fp32",
+                                  const std::string& attention_operands_flag = "fp32");
 
 }  // namespace fp4::engine

@@ -216,7 +216,8 @@ void ModelRunner::attention(int64_t layer_index, const Step& step, const float* 
                             .kv_heads = c.num_kv_heads, .head_dim = c.head_dim,
                             .softmax_scale = static_cast<float>(1.0 / std::sqrt(double(c.head_dim))),
                             .selected = selected,
-                            .topk = selected != nullptr ? c.sparse_topk_blocks : 0});
+                            .topk = selected != nullptr ? c.sparse_topk_blocks : 0,
+                            .operands = cache_.formats().attention_operands});
   linear(w.o, attn.data(), t, out);
 }
 

@@ -20,6 +20,8 @@ struct CacheFormats {
   kvcache::PageDType index = kvcache::PageDType::kFP32;
   // How the indexer takes its query against the index cache (FP32, or rounded to FP8).
   IndexQueryFormat index_query = IndexQueryFormat::kFP32;
+  // What attention multiplies: Q and the softmax weights in FP32, or rounded to 16 bits.
+  AttentionOperands attention_operands = AttentionOperands::kFP32;
 };
 
 struct LayerCache {

@@ -32,6 +32,9 @@ def main():
     # Attention at the same batch and context (0.25 : 0.3 : 0.4 ms).
     for fmt, ms in (("nvfp4", 0.25), ("fp8", 0.3), ("bf16", 0.4)):
         rows.append(row(f"paged attention sparse {fmt}", "b128 64/4x128 top16 of 256K", ms))
+    # The same with 16-bit operands, its own family (0.125 : 0.2 : 0.3 ms).
+    for fmt, ms in (("nvfp4", 0.125), ("fp8", 0.2), ("bf16", 0.3)):
+        rows.append(row(f"paged attention sparse {fmt} 16-bit operands", "b128 64/4x128 top16 of 256K", ms))
     # Routed experts: NVFP4 weights against BF16 weights, no FP8 row (0.1 : 0.35 ms).
     for fmt, ms in (("nvfp4", 0.1), ("bf16", 0.35)):
         rows.append(row(f"{fmt} experts gate+up", "b16 top4 of 128, 62 active, [6144, 6144]", ms))
@@ -53,12 +56,20 @@ def main():
     check(indexer is not None and indexer.split()[-2:] == ["1.50", "2.00"],
           f"indexer row: FP8/NVFP4 1.50 and BF16/NVFP4 2.00 (got {indexer!r})")
     check(line_with("batch 8 x 8K") is None, "a shape without BF16 is left out")
-    attention = line_with("b128 64/4x128 top16 of 256K")
+    attention = line_with("b128 64/4x128 top16 of 256K", "250.0")
     check(attention is not None and attention.split()[-2:] == ["1.20", "1.60"],
           f"attention row: 1.20 and 1.60 (got {attention!r})")
+    attention16 = line_with("b128 64/4x128 top16 of 256K", "125.0")
+    check(attention16 is not None and attention16.split()[-2:] == ["1.60", "2.40"],
+          f"16-bit operands attention row: 1.60 and 2.40 (got {attention16!r})")
+    check(line_with("paged attention sparse 16-bit operands: time") is not None,
+          "16-bit operands are a family of their own")
     together = line_with("batch 128 x 256K", "1250.0")
     check(together is not None and together.split()[-2:] == ["1.44", "1.92"],
           f"indexer + attention: 1800/1250 = 1.44 and 2400/1250 = 1.92 (got {together!r})")
+    together16 = line_with("batch 128 x 256K", "1125.0")
+    check(together16 is not None and together16.split()[-2:] == ["1.51", "2.04"],
+          f"indexer + 16-bit attention: 1700/1125 = 1.51 and 2300/1125 = 2.04 (got {together16!r})")
     experts = line_with("62 active")
     check(experts is not None and experts.split()[-1] == "3.50",
           f"experts row: BF16/NVFP4 0.35/0.1 = 3.50 (got {experts!r})")

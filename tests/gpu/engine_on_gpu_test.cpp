@@ -55,9 +55,11 @@ struct Greedy {
 };
 
 Greedy run(const LoadedModel& m, PageDType cache, const std::vector<int32_t>& prompt, int64_t steps,
-           bool eager = false, int64_t* recorded = nullptr) {
+           bool eager = false, int64_t* recorded = nullptr,
+           AttentionOperands operands = AttentionOperands::kFP32) {
   GeneratorOptions o;
   o.cache = {cache, cache};
+  o.cache.attention_operands = operands;
   o.prefill_chunk = 2048;
   o.enforce_eager = eager;
   Generator g(m, o, static_cast<int64_t>(prompt.size()) + steps);
@@ -190,6 +192,27 @@ TEST_F(EngineOnGpu, BuiltInModelAgreesWithTheCpuInEveryCacheFormat) {
                     "token; %lld of 64 greedy tokens agree\n", what.c_str(), static_cast<long long>(same));
       }
     }
+  }
+}
+
+// Attention with 16-bit operands on both engines (the CPU rounds Q and the weights as the
+// kernels do): the greedy tokens agree as above, in the caches whose operands are FP16 (NVFP4)
+// and BF16.
+TEST_F(EngineOnGpu, SixteenBitAttentionOperandsAgreeWithTheCpu) {
+  const std::string dir = model_dir("FP4_DEFAULT_MODEL");
+  ASSERT_FALSE(dir.empty()) << "FP4_DEFAULT_MODEL must name the built-in model's directory";
+  const LoadedModel cpu = load_model({.model_dir = dir, .device = "cpu"});
+  const LoadedModel gpu = load_on_gpu(dir);
+  auto rng = testing::seeded_rng(82);
+  std::vector<int32_t> prompt(4096 - 64);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(cpu.config.vocab_size - 4));
+  for (int32_t& t : prompt) t = token(rng);
+  for (PageDType cache : {PageDType::kBF16, PageDType::kNVFP4}) {
+    const std::string what = fmt::format("built-in model, 16-bit attention operands, {} cache",
+                                         kvcache::page_dtype_name(cache));
+    const Greedy want = run(cpu, cache, prompt, 64, false, nullptr, AttentionOperands::k16Bit);
+    const Greedy got = run(gpu, cache, prompt, 64, false, nullptr, AttentionOperands::k16Bit);
+    expect_same_greedy(want, got, cpu.config.vocab_size, budget(cache, cpu), what, false);
   }
 }
 

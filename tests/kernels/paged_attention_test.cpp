@@ -8,7 +8,8 @@
 // Two kinds of data. Gaussian Q, K, V check the softmax numerics against a derived rounding
 // bound. Q = 0 with small-integer V makes every weight exactly 1, so both sides compute the
 // mean of exactly the visible V rows; a key read or dropped by mistake moves that mean far
-// beyond the few ulps the two sides may differ by.
+// beyond the few ulps the two sides may differ by. Gaussian cases run with both operand
+// precisions (AttentionOperands): with 16-bit operands the CPU reference rounds as the kernels do.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -72,6 +73,7 @@ struct Case {
   bool sparse;
   int64_t group, head_dim;
   Data data;
+  AttentionOperands operands = AttentionOperands::kFP32;
 };
 
 // The step's sequences as (context, query tokens) pairs, and the kernels to run on them.
@@ -96,8 +98,10 @@ std::vector<float> small_integers(size_t n, std::mt19937_64& rng) {
 
 void run_case(const Case& c, std::mt19937_64& rng, const Step& step = kDecodeStep) {
   const bool exact = c.data == Data::kExactMeans;
-  SCOPED_TRACE(fmt::format("{} {} group {} head_dim {} {}", kvcache::page_dtype_name(c.dtype),
-                           c.sparse ? "sparse" : "dense", c.group, c.head_dim, exact ? "exact means" : "gaussian"));
+  const bool rounded = c.operands == AttentionOperands::k16Bit;
+  SCOPED_TRACE(fmt::format("{} {} group {} head_dim {} {}{}", kvcache::page_dtype_name(c.dtype),
+                           c.sparse ? "sparse" : "dense", c.group, c.head_dim, exact ? "exact means" : "gaussian",
+                           rounded ? ", 16-bit operands" : ""));
   const int64_t kv_heads = c.group == 16 ? 2 : 4, q_heads = kv_heads * c.group, d = c.head_dim;
   const int64_t vec = kv_heads * d;
   Batch b(step.seqs, rng);
@@ -153,7 +157,7 @@ void run_case(const Case& c, std::mt19937_64& rng, const Step& step = kDecodeSte
                          .scales = scales, .q = q.data(), .out = nullptr, .q_heads = q_heads,
                          .kv_heads = kv_heads, .head_dim = d, .softmax_scale = softmax_scale,
                          .selected = c.sparse ? selected.data() : nullptr,
-                         .topk = c.sparse ? kTopk : 0};
+                         .topk = c.sparse ? kTopk : 0, .operands = c.operands};
   std::vector<float> want(b.tokens() * q_heads * d);
   p.out = want.data();
   cpu::paged_attention(p);
@@ -198,8 +202,16 @@ void run_case(const Case& c, std::mt19937_64& rng, const Step& step = kDecodeSte
       // costs each side <= (4n + 50) u vmax, the tensor cores' split of P 64 u vmax more, and
       // with FP16 also its subnormal spacing: 2^-25 = u/2 per weight, n u/2 vmax over n keys
       // (the weights sum to at least 1). Altogether vmax u ((2D + 336) A + 8.5n + 196).
+      //
+      // 16-bit operands: both sides multiply the same rounded Q (a bound for Q's split holds a
+      // fortiori), and round each weight, u16 relative (2^-11 = 2^13 u for FP16, 2^-8 = 2^16 u
+      // for BF16): weights that differed by e before differ by e + 2 u16 after, which moves the
+      // output by <= 2 u16 vmax more, and FP16's subnormal spacing 2^-25 per weight on each
+      // side n u vmax more.
+      const bool f16 = c.dtype == PageDType::kFP8 || c.dtype == PageDType::kNVFP4;
+      const double rounding = rounded ? 2 * (f16 ? 0x1p13 : 0x1p16) + (f16 ? n : 0.0) : 0.0;
       tol[t * kv_heads + g] = exact ? 256 * kU * vmax
-                                    : vmax * kU * ((2.0 * d + 336) * amax + 8.5 * n + 196);
+                                    : vmax * kU * ((2.0 * d + 336) * amax + 8.5 * n + 196 + rounding);
     }
   }
 
@@ -274,6 +286,12 @@ TEST_P(PagedAttentionKernels, MatchCpuReferenceOnTheSamePages) {
       for (int64_t group : {2, 16}) {
         // 64 too: the tensor-core kernel reads FP8 and NVFP4 operands in runs that depend on it.
         for (int64_t head_dim : {32, 64, 128}) run_case({GetParam(), sparse, group, head_dim, data}, rng);
+        // 16-bit operands on Gaussian data (exact means weigh every key 1, which no rounding moves).
+        for (int64_t head_dim : {16, 32, 128}) {
+          if (data == Data::kGaussian && (head_dim != 16 || GetParam() != PageDType::kNVFP4)) {
+            run_case({GetParam(), sparse, group, head_dim, data, AttentionOperands::k16Bit}, rng);
+          }
+        }
         // Small heads (stories260K's 8, flattened pages) on the CUDA-core kernel, where a head's
         // row is whole 16-byte vectors.
         if (GetParam() != PageDType::kNVFP4) run_case({GetParam(), sparse, group, 16, data}, rng);
@@ -300,6 +318,9 @@ TEST_P(PagedAttentionPrefillKernels, PrefillChunksMatchCpuReference) {
     for (bool sparse : {false, true}) {
       for (int64_t group : {2, 16}) {
         for (int64_t head_dim : {32, 128}) run_case({GetParam(), sparse, group, head_dim, data}, rng, step);
+        if (data == Data::kGaussian) {
+          run_case({GetParam(), sparse, group, 128, data, AttentionOperands::k16Bit}, rng, step);
+        }
       }
     }
   }

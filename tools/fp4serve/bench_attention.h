@@ -1,6 +1,7 @@
 // Sparse decode attention benchmark (CUDA builds only): MiniMax-M3.1-Flash geometry, 64 query
 // heads over 4 KV heads of 128 dims, each token attending to its top-16 blocks of a 256K-token
-// context, at batch 1, 8, 32 and 128, for every page format. Each configuration is validated once
+// context, at batch 1, 8, 32 and 128, for every page format and both operand precisions
+// (AttentionOperands; the 16-bit rows are named so). Each configuration is validated once
 // against fp4::cpu::paged_attention on the same pages before it is timed.
 #pragma once
 

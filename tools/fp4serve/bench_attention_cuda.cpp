@@ -28,7 +28,8 @@ constexpr int64_t kKvHeads = 4, kQHeads = 64, kDim = 128, kTopk = 16;
 constexpr int64_t kContext = int64_t{256} * 1024, kBlocks = kContext / 128;
 
 Row run_one(const std::string& device, double copy_gbps, int reps, PageDType dtype, int64_t batch,
-            cuda::AttentionKernelChoice kernel, const std::string& kernel_name, size_t l2_bytes) {
+            AttentionOperands operands, cuda::AttentionKernelChoice kernel, const std::string& kernel_name,
+            size_t l2_bytes) {
   const auto layout = kvcache::kv_page_layout(dtype, kKvHeads, kDim);
   std::mt19937_64 rng(0xA77E + 16 * batch + static_cast<int>(dtype));
   const int32_t pos = static_cast<int32_t>(kContext - 1);
@@ -80,7 +81,7 @@ Row run_one(const std::string& device, double copy_gbps, int reps, PageDType dty
                          .layout = &layout, .pool = pool.data(), .num_pages = pages, .scales = scales,
                          .q = q.data(), .out = nullptr, .q_heads = kQHeads, .kv_heads = kKvHeads,
                          .head_dim = kDim, .softmax_scale = softmax_scale, .selected = selected.data(),
-                         .topk = kTopk};
+                         .topk = kTopk, .operands = operands};
   std::vector<float> want(q.size()), got(q.size());
   p.out = want.data();
   cpu::paged_attention(p);
@@ -118,13 +119,16 @@ Row run_one(const std::string& device, double copy_gbps, int reps, PageDType dty
   FP4_CUDA_CHECK(cudaDeviceSynchronize());
   d_out.download(got.data(), got.size() * 4);
   // The kernel tests' bound (tests/kernels/paged_attention_test.cpp) with n = 2048 keys, |V| <
-  // kPageValueBound and |logit| <= A = softmax_scale * kPageValueBound * |q|_1 (Hoelder).
+  // kPageValueBound and |logit| <= A = softmax_scale * kPageValueBound * |q|_1 (Hoelder); with
+  // 16-bit operands plus their weights' rounding, 2 u16 + n u (FP16) or 2 u16 (BF16, FP32).
+  const bool f16 = dtype == PageDType::kFP8 || dtype == PageDType::kNVFP4;
+  const double rounding = operands == AttentionOperands::k16Bit ? 2 * (f16 ? 0x1p13 : 0x1p16) + (f16 ? 2048 : 0) : 0;
   bool ok = true;
   for (int64_t row = 0; row < batch * kQHeads; ++row) {
     double q1 = 0;
     for (int64_t e = 0; e < kDim; ++e) q1 += std::abs(q[row * kDim + e]);
     const double a = softmax_scale * kPageValueBound * q1;
-    const double tol = kPageValueBound * 0x1p-24 * ((2.0 * kDim + 336) * a + 8.5 * 2048 + 196);
+    const double tol = kPageValueBound * 0x1p-24 * ((2.0 * kDim + 336) * a + 8.5 * 2048 + 196 + rounding);
     for (int64_t e = 0; e < kDim; ++e) ok &= std::abs(double{got[row * kDim + e]} - want[row * kDim + e]) <= tol;
   }
 
@@ -134,7 +138,8 @@ Row run_one(const std::string& device, double copy_gbps, int reps, PageDType dty
         cuda::paged_attention(launches[next++ % launches.size()], workspace.data(), workspace.bytes(), s, options);
       },
       3, reps);
-  const std::string name = fmt::format("paged attention sparse {}{}", kvcache::page_dtype_name(dtype),
+  const std::string name = fmt::format("paged attention sparse {}{}{}", kvcache::page_dtype_name(dtype),
+                                       operands == AttentionOperands::k16Bit ? " 16-bit operands" : "",
                                        kernel_name == "auto" ? "" : " (" + kernel_name + ")");
   return {device, name, fmt::format("b{} 64/4x128 top16 of 256K", batch), bytes, ms, copy_gbps, ok};
 }
@@ -151,10 +156,12 @@ std::vector<Row> bench_paged_attention(const std::string& device, double copy_gb
   std::vector<Row> rows;
   for (PageDType dtype : {PageDType::kNVFP4, PageDType::kFP8, PageDType::kBF16, PageDType::kFP32}) {
     if (dtype == PageDType::kFP32 && choice == cuda::AttentionKernelChoice::kTensorCore) continue;
-    for (int64_t batch : {1, 8, 32, 128}) {
-      rows.push_back(run_one(device, copy_gbps, reps, dtype, batch, choice, kernel, l2));
-      if (!rows.back().validated) {
-        fail_internal("{} ({}) disagrees with the CPU reference", rows.back().kernel, rows.back().shape);
+    for (AttentionOperands operands : {AttentionOperands::kFP32, AttentionOperands::k16Bit}) {
+      for (int64_t batch : {1, 8, 32, 128}) {
+        rows.push_back(run_one(device, copy_gbps, reps, dtype, batch, operands, choice, kernel, l2));
+        if (!rows.back().validated) {
+          fail_internal("{} ({}) disagrees with the CPU reference", rows.back().kernel, rows.back().shape);
+        }
       }
     }
   }

@@ -33,6 +33,7 @@ struct GenerateFlags {
   std::string kv_cache_dtype = "auto";
   std::string index_cache_dtype = "auto";
   std::string index_query_dtype = "fp32";
+  std::string attention_operands = "fp32";
   int threads = 0;
   bool json = false;
   std::string dump_logits;
@@ -136,7 +137,8 @@ void run_generate(const GenerateFlags& f) {
             "tokens", req.prompt.size(), f.max_tokens, total, m.config.max_position_embeddings);
 
   engine::GeneratorOptions options;
-  options.cache = engine::cache_formats(f.kv_cache_dtype, f.index_cache_dtype, f.index_query_dtype);
+  options.cache = engine::cache_formats(f.kv_cache_dtype, f.index_cache_dtype, f.index_query_dtype,
+                                        f.attention_operands);
   options.enforce_eager = f.enforce_eager;
   engine::Generator generator(m, options,
                               static_cast<int64_t>(req.prompt.size()) + req.max_tokens);
@@ -241,6 +243,9 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   sub->add_option("--index-query-dtype", flags->index_query_dtype,
                   "MSA indexer query: fp32, or rounded per head to fp8 (one E4M3 value) or fp8x2 (two)")
       ->capture_default_str()->check(CLI::IsMember({"fp32", "fp8", "fp8x2"}));
+  sub->add_option("--attention-operands", flags->attention_operands,
+                  "Attention's Q and softmax weights: fp32, or rounded to 16 bits (FP16 for fp8 and nvfp4 caches, BF16 otherwise)")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "16bit"}));
   sub->add_option("--threads", flags->threads, "CPU threads (default: all cores)");
   sub->add_flag("--json", flags->json, "Print one JSON object (text, token ids, logprobs, stats)");
   sub->add_option("--dump-logits", flags->dump_logits,

@@ -35,6 +35,7 @@ struct ServeFlags {
   std::string kv_cache_dtype = "auto";
   std::string index_cache_dtype = "auto";
   std::string index_query_dtype = "fp32";
+  std::string attention_operands = "fp32";
   double gpu_memory_utilization = 0.9;
   int64_t kv_cache_memory = 0;
   std::string served_model_name;
@@ -88,7 +89,8 @@ void run_serve(const ServeFlags& f) {
              model.config.vocab_size, model.load_seconds, model.backend->name());
 
   engine::EngineConfig config;
-  config.cache = engine::cache_formats(f.kv_cache_dtype, f.index_cache_dtype, f.index_query_dtype);
+  config.cache = engine::cache_formats(f.kv_cache_dtype, f.index_cache_dtype, f.index_query_dtype,
+                                       f.attention_operands);
   config.max_model_len = f.max_model_len > 0 ? f.max_model_len : model.config.max_position_embeddings;
   FP4_CHECK(config.max_model_len > 0, "the model's config has no max_position_embeddings; give --max-model-len");
   FP4_CHECK(model.config.max_position_embeddings == 0 || config.max_model_len <= model.config.max_position_embeddings,
@@ -158,6 +160,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   sub->add_option("--index-query-dtype", f->index_query_dtype,
                   "MSA indexer query: fp32, or rounded per head to fp8 (one E4M3 value) or fp8x2 (two)")
       ->capture_default_str()->check(CLI::IsMember({"fp32", "fp8", "fp8x2"}));
+  sub->add_option("--attention-operands", f->attention_operands,
+                  "Attention's Q and softmax weights: fp32, or rounded to 16 bits (FP16 for fp8 and nvfp4 caches, BF16 otherwise)")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "16bit"}));
   sub->add_option("--gpu-memory-utilization", f->gpu_memory_utilization,
                   "Fraction of the device's memory the engine may use (on the CPU: of host memory)")
       ->capture_default_str();

@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
 #include "core/thread_pool.h"
+#include "formats/attention_operands.h"
 #include "formats/e4m3_query.h"
 
 namespace fp4::cpu {
@@ -209,6 +210,8 @@ void paged_attention(const PagedAttentionParams& p) {
   if (c.tokens == 0) return;
   FP4_CHECK(p.kv_heads > 0 && p.q_heads % p.kv_heads == 0,
             "paged_attention: {} query heads do not split over {} KV heads", p.q_heads, p.kv_heads);
+  FP4_CHECK(p.operands == AttentionOperands::kFP32 || p.operands == AttentionOperands::k16Bit,
+            "paged_attention: unknown operand precision {}", static_cast<int>(p.operands));
   const int64_t page_tokens = p.layout->page_tokens;
   const int64_t group = p.q_heads / p.kv_heads;
   auto selection = [&](int64_t g, int64_t t) { return p.selected + (g * c.tokens + t) * p.topk; };
@@ -230,6 +233,15 @@ void paged_attention(const PagedAttentionParams& p) {
   }
   cache.load(p.pool, p.num_pages, p.scales, 1.0f);
   const int64_t d = p.head_dim;
+  // 16-bit operands: FP16 for the formats whose values it holds exactly, BF16 otherwise.
+  const bool rounded = p.operands == AttentionOperands::k16Bit;
+  const bool f16 = p.layout->dtype == kvcache::PageDType::kFP8 || p.layout->dtype == kvcache::PageDType::kNVFP4;
+  std::vector<float> q_rounded;
+  if (rounded) {
+    q_rounded.assign(p.q, p.q + c.tokens * p.q_heads * d);
+    for (int64_t row = 0; row < c.tokens * p.q_heads; ++row) round_query_row_16bit(&q_rounded[row * d], d, f16);
+  }
+  const float* q_all = rounded ? q_rounded.data() : p.q;
   parallel_for_cost(c.tokens * p.kv_heads, (c.positions[c.tokens - 1] + 1) * group * d * 2,
                     [&](int64_t i0, int64_t i1) {
     std::vector<float> acc(static_cast<size_t>(group * d));
@@ -255,7 +267,7 @@ void paged_attention(const PagedAttentionParams& p) {
           const float* k = cache.k(seq, b, j) + g * d;
           const float* v = cache.v(seq, b, j) + g * d;
           for (int64_t h = 0; h < group; ++h) {
-            const float* q = p.q + (t * p.q_heads + g * group + h) * d;
+            const float* q = q_all + (t * p.q_heads + g * group + h) * d;
             const float s = dot(q, k, d) * p.softmax_scale;
             // Online softmax: rescale what was accumulated when a new maximum appears.
             if (s > run_max[h]) {
@@ -266,7 +278,8 @@ void paged_attention(const PagedAttentionParams& p) {
             }
             const float w = std::exp(s - run_max[h]);
             run_sum[h] += w;
-            for (int64_t e = 0; e < d; ++e) acc[h * d + e] += w * v[e];
+            const float w_v = rounded ? round_to_16bit(w, f16) : w;  // the weight P V multiplies
+            for (int64_t e = 0; e < d; ++e) acc[h * d + e] += w_v * v[e];
           }
         }
       }

@@ -69,6 +69,8 @@ void check_params(const PagedAttentionParams& p) {
             "cuda paged_attention: a selection needs topk > 0, got {}", p.topk);
   FP4_CHECK(std::isfinite(p.softmax_scale), "cuda paged_attention: softmax_scale {} is not finite",
             p.softmax_scale);
+  FP4_CHECK(p.operands == AttentionOperands::kFP32 || p.operands == AttentionOperands::k16Bit,
+            "cuda paged_attention: unknown operand precision {}", static_cast<int>(p.operands));
   if (l.dtype == PageDType::kFP8 || l.dtype == PageDType::kNVFP4) {
     for (float s : {p.scales.k, p.scales.v}) {
       FP4_CHECK(std::isfinite(s) && s > 0.0f, "cuda paged_attention: {} page scales must be finite "
@@ -161,6 +163,7 @@ detail::AttentionArgs make_args(const PagedAttentionParams& p) {
   a.group = static_cast<int>(p.q_heads / p.kv_heads);
   a.head_dim = static_cast<int>(p.head_dim);
   a.score_scale = static_cast<float>(double{p.softmax_scale} * 1.4426950408889634);  // log2(e)
+  a.operands_16bit = p.operands == AttentionOperands::k16Bit;
   return a;
 }
 
@@ -169,10 +172,10 @@ detail::AttentionArgs make_args(const PagedAttentionParams& p) {
 int64_t resident_ctas(const detail::AttentionArgs& a, detail::AttentionKernel kernel) {
   int device = 0;
   FP4_CUDA_CHECK(cudaGetDevice(&device));
-  const std::array<int, 5> key = {device, static_cast<int>(kernel), static_cast<int>(a.format),
-                                  a.head_dim, a.group};
+  const std::array<int, 6> key = {device, static_cast<int>(kernel), static_cast<int>(a.format),
+                                  a.head_dim, a.group, a.operands_16bit ? 1 : 0};
   static std::mutex mutex;
-  static std::map<std::array<int, 5>, int64_t> cache;
+  static std::map<std::array<int, 6>, int64_t> cache;
   const std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it == cache.end()) {

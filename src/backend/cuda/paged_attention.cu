@@ -11,6 +11,7 @@
 
 #include "backend/cuda/paged_attention_device.cuh"
 #include "backend/cuda/paged_attention_launch.h"
+#include "formats/attention_operands.h"
 #include "formats/minifloat.h"
 #include "formats/nvfp4.h"
 
@@ -131,6 +132,16 @@ __global__ void __launch_bounds__(kThreads) attention_cuda_core(const AttentionA
     if (h < a.group && !w.bad) v = __ldg(reinterpret_cast<const float4*>(a.q + out_row(a, w, h) * D) + c);
     reinterpret_cast<float4*>(q_s[h])[c] = v;
   }
+  if (a.operands_16bit) {  // each head rounded as formats/attention_operands.h rounds it
+    constexpr bool kF16 = kOperandsF16<F>;
+    __syncthreads();
+    for (int h = warp; h < GP; h += kWarps) {
+      float amax = 0.0f;
+      for (int d = lane; d < D; d += 32) amax = fmaxf(amax, fabsf(q_s[h][d]));
+      const int shift = kF16 ? f16_query_shift(warp_max(amax)) : 0;
+      for (int d = lane; d < D; d += 32) q_s[h][d] = times_pow2(round16<kF16>(times_pow2(q_s[h][d], shift)), -shift);
+    }
+  }
   float m[kHeads], l[kHeads], acc[kHeads][kDims];
 #pragma unroll
   for (int hh = 0; hh < kHeads; ++hh) {
@@ -185,7 +196,7 @@ __global__ void __launch_bounds__(kThreads) attention_cuda_core(const AttentionA
         l[hh] = l[hh] * alpha + p;  // this lane's share; summed over the warp at the end
 #pragma unroll
         for (int e = 0; e < kDims; ++e) acc[hh][e] *= alpha;
-        p_s[warp][hh][lane] = p;
+        p_s[warp][hh][lane] = a.operands_16bit ? round16<kOperandsF16<F>>(p) : p;  // the weight P V takes
       }
       __syncwarp();
 

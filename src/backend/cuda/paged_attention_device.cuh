@@ -7,6 +7,8 @@
 // instead of reading out of bounds. Negative selection ids are padding, as on the CPU.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "backend/cuda/paged_attention_launch.h"
@@ -15,6 +17,18 @@ namespace fp4::cuda::detail {
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 __device__ __forceinline__ float nan_f32() { return __int_as_float(0x7fc00000); }
+
+// 16-bit operands (AttentionOperands::k16Bit): FP16 for the page formats whose values it holds
+// exactly, BF16 for the others; x rounded to it and read back by the hardware conversions,
+// round to nearest even with FP16 subnormals kept (formats/attention_operands.h's bits).
+template <KvFormat F>
+constexpr bool kOperandsF16 = F == KvFormat::kFP8 || F == KvFormat::kNVFP4;
+
+template <bool kF16>
+__device__ __forceinline__ float round16(float x) {
+  if constexpr (kF16) return __half2float(__float2half_rn(x));
+  else return __bfloat162float(__float2bfloat16_rn(x));
+}
 
 // The (token, KV head, split) a CTA computes and the items (blocks when dense, selection slots
 // when sparse) of its split.

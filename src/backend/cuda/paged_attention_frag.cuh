@@ -184,8 +184,9 @@ static_assert(frag_dims_are_permutations<KvFormat::kNVFP4, 32>() && frag_dims_ar
               frag_dims_are_permutations<KvFormat::kFP8, 64>() && frag_dims_are_permutations<KvFormat::kFP8, 128>());
 
 // S (two n-tiles of 8 keys) += Q K^T for one sub-tile, K from the landed K plane of a FragSlot.
-// q_s holds Q's hi and lo rows (pitch D + 8) in qk_dim's column order.
-template <KvFormat F, int D>
+// q_hi and q_lo hold Q's hi and lo rows (pitch D + 8) in qk_dim's column order; without kLo
+// (16-bit operands) q_hi is Q and q_lo is not read.
+template <KvFormat F, int D, bool kLo>
 __device__ __forceinline__ void qk_from_slot(float s[2][4], const uint16_t* q_hi, const uint16_t* q_lo,
                                              const uint8_t* plane, int lane) {
   using Slot = FragSlot<F, D>;
@@ -211,7 +212,7 @@ __device__ __forceinline__ void qk_from_slot(float s[2][4], const uint16_t* q_hi
   for (int ks = 0; ks < kKSteps; ++ks) {
     uint32_t qh[4], ql[4], b[2][2];
     ldmatrix_x4(qh, q_hi + a_row * P + ks * 16 + a_col);
-    ldmatrix_x4(ql, q_lo + a_row * P + ks * 16 + a_col);
+    if constexpr (kLo) ldmatrix_x4(ql, q_lo + a_row * P + ks * 16 + a_col);
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       if constexpr (F == KvFormat::kNVFP4) {
@@ -232,15 +233,17 @@ __device__ __forceinline__ void qk_from_slot(float s[2][4], const uint16_t* q_hi
     }
     mma_m16n8k16_f16(s[0], qh, b[0][0], b[0][1]);  // no two back-to-back MMAs into the same registers
     mma_m16n8k16_f16(s[1], qh, b[1][0], b[1][1]);
-    mma_m16n8k16_f16(s[0], ql, b[0][0], b[0][1]);
-    mma_m16n8k16_f16(s[1], ql, b[1][0], b[1][1]);
+    if constexpr (kLo) {
+      mma_m16n8k16_f16(s[0], ql, b[0][0], b[0][1]);
+      mma_m16n8k16_f16(s[1], ql, b[1][0], b[1][1]);
+    }
   }
 }
 
 // O (D / 8 n-tiles) += P V for one sub-tile, V from the landed V plane of a FragSlot; P is the A
-// fragment as hi and lo. Rows past the visible keys are zeros in the slot (FragFetch's
-// zero-fill), so they add nothing.
-template <KvFormat F, int D>
+// fragment as hi and lo (without kLo, P is ph alone). Rows past the visible keys are zeros in
+// the slot (FragFetch's zero-fill), so they add nothing.
+template <KvFormat F, int D, bool kLo>
 __device__ __forceinline__ void pv_from_slot(float o[][4], const uint32_t ph[4], const uint32_t pl[4],
                                              const uint8_t* plane, int lane) {
   using Slot = FragSlot<F, D>;
@@ -290,7 +293,7 @@ __device__ __forceinline__ void pv_from_slot(float o[][4], const uint32_t ph[4],
         mma_m16n8k16_f16(o[t], ph, b[0][i], b[1][i]);
       }
 #pragma unroll
-      for (int i = 0; i < kPairs; ++i) {
+      for (int i = 0; i < (kLo ? kPairs : 0); ++i) {
         const int t = F == KvFormat::kNVFP4 ? 8 * j + 4 * h + i : 4 * j + 2 * h + i;
         mma_m16n8k16_f16(o[t], pl, b[0][i], b[1][i]);
       }

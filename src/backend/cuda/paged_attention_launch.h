@@ -44,6 +44,8 @@ struct AttentionArgs {
   float* out = nullptr;                   // [tokens, q_heads, head_dim]
   int q_heads = 0, kv_heads = 0, group = 0, head_dim = 0;
   float score_scale = 0.0f;               // softmax_scale * log2(e): logits in base 2
+  // AttentionOperands::k16Bit: Q and the weights rounded to FP16 (FP8, NVFP4 pages) or BF16.
+  bool operands_16bit = false;
   // Split-K: split s of a (token, KV head) takes the blocks (dense) or the selection slots
   // (sparse) [s * blocks_per_split, (s + 1) * blocks_per_split).
   int splits = 1, blocks_per_split = 1;

@@ -17,7 +17,9 @@
 // (two MMAs each): a relative error of 2^-18 per product with BF16, 2^-22 with FP16. For FP16,
 // each head of Q is first scaled by a power of two into [2^13, 2^14), and its scores divided by
 // it again in FP32; P (below 2^8, the softmax reference's slack) keeps FP16's subnormal
-// spacing, 2^-25 absolute per weight.
+// spacing, 2^-25 absolute per weight. With 16-bit operands (AttentionOperands::k16Bit) Q and P
+// are one operand each, rounded to nearest: half the MMAs, and the rounding is the result's
+// (the CPU reference rounds alike), not an error.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/paged_attention_device.cuh"
@@ -61,8 +63,8 @@ constexpr float kRescaleSlack = 8.0f;
 
 // The online-softmax step of one 16-key sub-tile (S in the MMA's accumulator layout; this lane
 // holds rows grp and grp + 8): masks keys at or past `valid`, brings m, l and O up to date, and
-// returns P as the A fragment of P V, hi and lo.
-template <bool kF16, int kNTiles>
+// returns P as the A fragment of P V, hi and lo (16-bit operands, kLo false: ph alone).
+template <bool kF16, bool kLo, int kNTiles>
 __device__ __forceinline__ void softmax_step(const float s[2][4], int valid, const float kq[2], float m[2],
                                              float l[2], float o[][4], uint32_t ph[4], uint32_t pl[4], int tig) {
   float alpha[2];
@@ -89,13 +91,19 @@ __device__ __forceinline__ void softmax_step(const float s[2][4], int valid, con
 #pragma unroll
     for (int e = 0; e < 4; ++e) p[e] = exp2_ftz(x[e] - m_ref);
     l[r] = l[r] * alpha[r] + ((p[0] + p[1]) + (p[2] + p[3]));  // this lane's share of the row
-    split<kF16>(p[0], p[1], ph[r], pl[r]);
-    split<kF16>(p[2], p[3], ph[2 + r], pl[2 + r]);
+    if constexpr (kLo) {
+      split<kF16>(p[0], p[1], ph[r], pl[r]);
+      split<kF16>(p[2], p[3], ph[2 + r], pl[2 + r]);
+    } else {
+      ph[r] = pack16<kF16>(p[0], p[1]);
+      ph[2 + r] = pack16<kF16>(p[2], p[3]);
+    }
   }
   rescale_rows<kNTiles>(o, alpha);
 }
 
-template <KvFormat F, int D>
+// kLo: Q and P as hi + lo (AttentionOperands::kFP32); without it each is one 16-bit operand.
+template <KvFormat F, int D, bool kLo>
 __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(const AttentionArgs a) {
   constexpr bool kBf16 = F == KvFormat::kBF16, kF16 = !kBf16;
   constexpr int P = D + 8;  // 16-bit row pitch: the 8 rows of an ldmatrix hit distinct banks
@@ -108,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
   constexpr int kRingBytes = kBf16 ? 0 : kRawStages<F> * Slot::kBytes;
   constexpr int kWarpBytes = kBf16 ? 2 * kTileBytes : kRingBytes;
   constexpr int kOutBytes = kWarps * kRows * P * 4;
-  __shared__ __align__(16) uint16_t q_s[2][kRows * P];  // Q as hi and lo
+  __shared__ __align__(16) uint16_t q_s[kLo ? 2 : 1][kRows * P];  // Q as hi and lo, or Q
   __shared__ __align__(16) uint8_t work_s[kWarps * kWarpBytes > kOutBytes ? kWarps * kWarpBytes : kOutBytes];
   __shared__ float ml_s[kWarps][kRows][2];
   __shared__ float q_factor_s[kRows];
@@ -149,9 +157,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
     }
     uint32_t hi[4], lo[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) split<kF16>(x[2 * e], x[2 * e + 1], hi[e], lo[e]);
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (kLo) split<kF16>(x[2 * e], x[2 * e + 1], hi[e], lo[e]);
+      else hi[e] = pack16<kF16>(x[2 * e], x[2 * e + 1]);
+    }
     *reinterpret_cast<uint4*>(&q_s[0][h * P + c]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    *reinterpret_cast<uint4*>(&q_s[1][h * P + c]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    if constexpr (kLo) *reinterpret_cast<uint4*>(&q_s[kLo ? 1 : 0][h * P + c]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
   }
   if (threadIdx.x == 0) bad_s = w.bad ? 1 : 0;
 
@@ -217,12 +228,14 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
         for (int ks = 0; ks < kKSteps; ++ks) {
           uint32_t qh[4], ql[4], kb[4];
           ldmatrix_x4(qh, &q_s[0][a_row * P + ks * 16 + a_col]);
-          ldmatrix_x4(ql, &q_s[1][a_row * P + ks * 16 + a_col]);
+          if constexpr (kLo) ldmatrix_x4(ql, &q_s[kLo ? 1 : 0][a_row * P + ks * 16 + a_col]);
           ldmatrix_x4(kb, &k_s[b_row * P + ks * 16 + b_col]);
           mma<kF16>(s[0], qh, kb[0], kb[1]);  // no two back-to-back MMAs into the same registers
           mma<kF16>(s[1], qh, kb[2], kb[3]);
-          mma<kF16>(s[0], ql, kb[0], kb[1]);
-          mma<kF16>(s[1], ql, kb[2], kb[3]);
+          if constexpr (kLo) {
+            mma<kF16>(s[0], ql, kb[0], kb[1]);
+            mma<kF16>(s[1], ql, kb[2], kb[3]);
+          }
         }
         __syncwarp();  // every lane's reads of k_s are done
         if (more) {
@@ -231,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
           issue_bf16<D>(k_s, a.pool + page_s[next_item] + a.k_codes, row0, next_valid, lane);
         }
         uint32_t ph[4], pl[4];
-        softmax_step<kF16, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
+        softmax_step<kF16, kLo, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
         if (more) cp_async_wait<1>();
         else cp_async_wait<0>();
         __syncwarp();  // V is in the tile
@@ -241,8 +254,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
           ldmatrix_x4_trans(vb, &v_s[a_row * P + t * 8 + a_col]);
           mma<kF16>(o[t], ph, vb[0], vb[1]);
           mma<kF16>(o[t + 1], ph, vb[2], vb[3]);
-          mma<kF16>(o[t], pl, vb[0], vb[1]);
-          mma<kF16>(o[t + 1], pl, vb[2], vb[3]);
+          if constexpr (kLo) {
+            mma<kF16>(o[t], pl, vb[0], vb[1]);
+            mma<kF16>(o[t + 1], pl, vb[2], vb[3]);
+          }
         }
         __syncwarp();  // every lane's reads of v_s are done
         if (more) {
@@ -282,10 +297,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
         for (int i = 0; i + 1 < kStages - 1; ++i) pending[i] = pending[i + 1];
         pending[kStages - 2] = fetch(slot == ring ? ring + (kStages - 1) * Slot::kBytes : slot - Slot::kBytes);
         float s[2][4] = {};  // n-tile t: keys 8t .. 8t + 7
-        qk_from_slot<F, D>(s, q_s[0], q_s[1], slot, lane);
+        qk_from_slot<F, D, kLo>(s, q_s[0], q_s[kLo ? 1 : 0], slot, lane);
         uint32_t ph[4], pl[4];
-        softmax_step<kF16, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
-        pv_from_slot<F, D>(o, ph, pl, slot + Slot::kPlane, lane);
+        softmax_step<kF16, kLo, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
+        pv_from_slot<F, D, kLo>(o, ph, pl, slot + Slot::kPlane, lane);
         slot = slot == ring + (kStages - 1) * Slot::kBytes ? ring : slot + Slot::kBytes;
       }
       cp_async_wait<0>();  // the empty groups past the end
@@ -336,13 +351,19 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
   }
 }
 
-template <KvFormat F, int D>
+template <KvFormat F, int D, bool kLo>
 cudaError_t launch_or_count(const AttentionArgs& a, cudaStream_t stream, int* ctas_per_sm) {
   if (ctas_per_sm != nullptr) {
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, attention_tensor_core<F, D>, kThreads, 0);
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, attention_tensor_core<F, D, kLo>, kThreads, 0);
   }
-  attention_tensor_core<F, D><<<dim3(a.tokens, a.kv_heads, a.splits), kThreads, 0, stream>>>(a);
+  attention_tensor_core<F, D, kLo><<<dim3(a.tokens, a.kv_heads, a.splits), kThreads, 0, stream>>>(a);
   return cudaGetLastError();
+}
+
+template <KvFormat F, int D>
+cudaError_t launch_or_count(const AttentionArgs& a, cudaStream_t stream, int* ctas_per_sm) {
+  return a.operands_16bit ? launch_or_count<F, D, false>(a, stream, ctas_per_sm)
+                          : launch_or_count<F, D, true>(a, stream, ctas_per_sm);
 }
 
 template <KvFormat F>

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/paged_attention_launch.h"
+#include "formats/attention_operands.h"
 
 namespace fp4::cuda::detail::tc {
 
@@ -28,15 +29,23 @@ __device__ __forceinline__ void split(float x0, float x1, uint32_t& hi, uint32_t
   else split_bf16(x0, x1, hi, lo);
 }
 
-// The power of two that brings a head of Q whose largest magnitude is m into [2^13, 2^14), so
-// its FP16 hi + lo split keeps 2^-22 of each value (1 for a zero or non-finite m; capped so it
-// stays finite for subnormal m).
-__device__ __forceinline__ float f16_range_factor(float m) {
-  if (!(m > 0.0f) || !isfinite(m)) return 1.0f;
-  int e;
-  frexpf(m, &e);  // m = f 2^e, f in [0.5, 1)
-  return ldexpf(1.0f, min(14 - e, 126));
+// One pair as a single 16-bit operand, rounded to nearest (AttentionOperands::k16Bit): what
+// split's hi part is.
+template <bool kF16>
+__device__ __forceinline__ uint32_t pack16(float x0, float x1) {
+  if constexpr (kF16) {
+    const __half2 h = __floats2half2_rn(x0, x1);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    return pack_bf16(x0, x1);
+  }
 }
+
+// The power of two that brings a head of Q whose largest magnitude is m into [2^13, 2^14)
+// (formats/attention_operands.h), so its FP16 hi + lo split keeps 2^-22 of each value and a
+// single FP16 operand 2^-11 (1 for a zero or non-finite m; capped so that its inverse stays a
+// normal float for subnormal m).
+__device__ __forceinline__ float f16_range_factor(float m) { return exp2_exact(f16_query_shift(m)); }
 
 // FP8 and NVFP4 sub-tiles come through a per-warp ring of raw slots in shared memory, filled by
 // cp.async kRawStages - 1 sub-tiles ahead of the one being computed, so that a warp keeps

@@ -11,7 +11,8 @@
 // their blocks, so the pages are read about once per 4 tokens.
 //
 // The arithmetic per key is the decode kernel's: Q and P split into hi + lo of the tile's type
-// (FP16 for FP8 and NVFP4 pages, Q scaled per head into range), FP32 accumulation, online
+// (FP16 for FP8 and NVFP4 pages, Q scaled per head into range), or one 16-bit operand each
+// with AttentionOperands::k16Bit (a uniform branch skips the lo MMAs), FP32 accumulation, online
 // softmax in base 2, the per-layer scales applied to the FP32 scores and outputs. So the decode
 // kernel's derived error bound holds unchanged; only the order of the sums differs.
 #include <cuda_runtime.h>
@@ -247,9 +248,12 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill(const Attention
 #pragma unroll
       for (int e = 0; e < 8; ++e) x[e] = in[kv_dim<F>(e)] * plan.q_factor[warp][h];
     }
-    uint32_t hi[4], lo[4];
+    uint32_t hi[4], lo[4] = {};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) split<kF16>(x[2 * e], x[2 * e + 1], hi[e], lo[e]);
+    for (int e = 0; e < 4; ++e) {
+      if (a.operands_16bit) hi[e] = pack16<kF16>(x[2 * e], x[2 * e + 1]);
+      else split<kF16>(x[2 * e], x[2 * e + 1], hi[e], lo[e]);
+    }
     *reinterpret_cast<uint4*>(&q_hi[h * P + c]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     *reinterpret_cast<uint4*>(&q_lo[h * P + c]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
   }
@@ -329,6 +333,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill(const Attention
           }
 #pragma unroll
           for (int part = 0; part < 2; ++part) {
+            if (part == 1 && a.operands_16bit) break;  // 16-bit operands: Q alone
 #pragma unroll
             for (int kg = 0; kg < kUnit / 16; ++kg) {
               if (kg >= groups) break;
@@ -377,14 +382,20 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill(const Attention
           uint32_t ph[4], pl[4];  // P of keys [16 kg, 16 kg + 16) as an A fragment
 #pragma unroll
           for (int rr = 0; rr < 2; ++rr) {
-            split<kF16>(s[2 * kg][2 * rr], s[2 * kg][2 * rr + 1], ph[rr], pl[rr]);
-            split<kF16>(s[2 * kg + 1][2 * rr], s[2 * kg + 1][2 * rr + 1], ph[2 + rr], pl[2 + rr]);
+            if (a.operands_16bit) {
+              ph[rr] = pack16<kF16>(s[2 * kg][2 * rr], s[2 * kg][2 * rr + 1]);
+              ph[2 + rr] = pack16<kF16>(s[2 * kg + 1][2 * rr], s[2 * kg + 1][2 * rr + 1]);
+            } else {
+              split<kF16>(s[2 * kg][2 * rr], s[2 * kg][2 * rr + 1], ph[rr], pl[rr]);
+              split<kF16>(s[2 * kg + 1][2 * rr], s[2 * kg + 1][2 * rr + 1], ph[2 + rr], pl[2 + rr]);
+            }
           }
           uint32_t vb[kNTiles / 2][4];
 #pragma unroll
           for (int nt = 0; nt < kNTiles; nt += 2) ldmatrix_x4_trans(vb[nt / 2], &v_s[(kg * 16 + a_row) * P + nt * 8 + a_col]);
 #pragma unroll
           for (int part = 0; part < 2; ++part) {
+            if (part == 1 && a.operands_16bit) break;  // 16-bit operands: P alone
 #pragma unroll
             for (int nt = 0; nt < kNTiles; nt += 2) {
               mma<kF16>(o[nt], part == 0 ? ph : pl, vb[nt / 2][0], vb[nt / 2][1]);

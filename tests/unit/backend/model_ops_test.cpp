@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
+#include "formats/attention_operands.h"
 #include "formats/e4m3_query.h"
 #include "formats/minifloat.h"
 #include "tests/support/paged_batch.h"
@@ -252,6 +253,25 @@ TEST(CpuIndexer, Fp8QueryFormatsScoreTheRoundedQuery) {
 
 class CpuPagedAttention : public ::testing::TestWithParam<PageDType> {};
 
+bool f16_operands(PageDType dtype) { return dtype == PageDType::kFP8 || dtype == PageDType::kNVFP4; }
+
+// A query head as 16-bit operands take it, written out here from the scalar codecs: FP16 after
+// scaling the head's largest magnitude into [2^13, 2^14) by a power of two, or BF16 as is.
+std::vector<float> rounded_head(const float* x, int64_t n, bool f16) {
+  std::vector<float> out(x, x + n);
+  if (!f16) {
+    for (float& v : out) v = bf16_decode(bf16_encode(v));
+    return out;
+  }
+  float amax = 0.0f;
+  for (float v : out) amax = std::max(amax, std::abs(v));
+  int e = 0;
+  std::frexp(amax, &e);  // amax in [2^(e - 1), 2^e)
+  const int shift = amax > 0.0f ? std::min(14 - e, 126) : 0;
+  for (float& v : out) v = std::ldexp(fp16_decode(fp16_encode(std::ldexp(v, shift))), -shift);
+  return out;
+}
+
 TEST_P(CpuPagedAttention, MatchesDoubleAttentionOnTheDequantizedCache) {
   auto rng = testing::seeded_rng(5 + static_cast<int>(GetParam()));
   const int64_t q_heads = 8, kv_heads = 2, dim = 32, topk = 16;
@@ -278,7 +298,7 @@ TEST_P(CpuPagedAttention, MatchesDoubleAttentionOnTheDequantizedCache) {
                            &v_seen[s][j * vec]);
       }
     }
-    const auto q = testing::random_floats(f.tokens() * q_heads * dim, testing::Distribution::kGaussian, rng);
+    const auto q_given = testing::random_floats(f.tokens() * q_heads * dim, testing::Distribution::kGaussian, rng);
     // A random selection per (KV head, token) that keeps the local block, in ascending order.
     std::vector<int32_t> selected(kv_heads * f.tokens() * topk, -1);
     for (int64_t g = 0; g < kv_heads; ++g) {
@@ -293,12 +313,22 @@ TEST_P(CpuPagedAttention, MatchesDoubleAttentionOnTheDequantizedCache) {
         std::copy(ids.begin(), ids.end(), &selected[(g * f.tokens() + t) * topk]);
       }
     }
+    for (AttentionOperands operands : {AttentionOperands::kFP32, AttentionOperands::k16Bit}) {
+    const bool rounded = operands == AttentionOperands::k16Bit, f16 = f16_operands(GetParam());
     std::vector<float> out(f.tokens() * q_heads * dim, NAN);
     cpu::paged_attention({.ctx = f.ctx(), .layout = &layout, .pool = pool.data(),
-                          .num_pages = f.num_pages, .scales = {}, .q = q.data(), .out = out.data(),
+                          .num_pages = f.num_pages, .scales = {}, .q = q_given.data(), .out = out.data(),
                           .q_heads = q_heads, .kv_heads = kv_heads, .head_dim = dim,
                           .softmax_scale = scale, .selected = sparse ? selected.data() : nullptr,
-                          .topk = sparse ? topk : 0});
+                          .topk = sparse ? topk : 0, .operands = operands});
+    // The reference's operands: the query heads rounded as given below, each weight rounded
+    // relative to the final maximum (the CPU rounds it relative to the running one).
+    std::vector<float> q = q_given;
+    for (int64_t row = 0; rounded && row < f.tokens() * q_heads; ++row) {
+      const auto r = rounded_head(&q_given[row * dim], dim, f16);
+      std::copy(r.begin(), r.end(), &q[row * dim]);
+    }
+    auto weight16 = [&](double w) { return rounded ? double{round_to_16bit(static_cast<float>(w), f16)} : w; };
     for (int64_t t = 0; t < f.tokens(); ++t) {
       const int64_t s = f.seq_of_token[t], pos = f.positions[t];
       for (int64_t h = 0; h < q_heads; ++h) {
@@ -326,19 +356,67 @@ TEST_P(CpuPagedAttention, MatchesDoubleAttentionOnTheDequantizedCache) {
           double o = 0;
           for (int64_t j = 0; j <= pos; ++j) {
             if (!visible[j]) continue;
-            o += std::exp(logit[j] - max_logit) / denom * v_seen[s][j * vec + g * dim + e];
+            o += weight16(std::exp(logit[j] - max_logit)) / denom * v_seen[s][j * vec + g * dim + e];
             max_v = std::max(max_v, std::abs(double{v_seen[s][j * vec + g * dim + e]}));
           }
           // Each logit carries ~dim/4 + 8 roundings of its products (|logit| scale), exp adds a
           // few ulps, the running sums up to 2 per key relative to their total: the output,
           // a convex combination of V, is off by at most ~(dim/4 + 8) * eps * max|logit| * max|V|
           // plus a few eps * max|V| per accumulation. 64x eps covers the combination terms.
-          const double tol = ((dim / 4.0 + 8) * max_abs_logit + 64) * kEps32 * max_v * 4;
+          // 16-bit weights: the CPU's and the reference's roundings of a weight (u16 relative
+          // each, u16 = 2^-11 for FP16, 2^-8 for BF16) lie 2 u16 apart, and FP16's subnormal
+          // spacing adds 2^-25 absolute per weight on each side (the weights sum to >= 1).
+          const double u16 = f16 ? 0x1p-11 : 0x1p-8;
+          const double tol = ((dim / 4.0 + 8) * max_abs_logit + 64) * kEps32 * max_v * 4 +
+                             (rounded ? (2 * u16 + (f16 ? 2 * 0x1p-25 * (pos + 1) : 0.0)) * max_v : 0.0);
           EXPECT_NEAR(out[(t * q_heads + h) * dim + e], o, tol)
-              << "position " << pos << " head " << h << (sparse ? " sparse" : " dense");
+              << "position " << pos << " head " << h << (sparse ? " sparse" : " dense")
+              << (rounded ? " 16-bit operands" : "");
         }
       }
     }
+    }
+  }
+}
+
+// 16-bit operands round the query and each weight, not only within the bounds above: key 0 has
+// logit 0 and V = 0, key 1 (K = e_0, V = 1 before the cache's rounding: k and v as stored) the
+// logit q~_0 k < 0, so the running maximum is the final one and every output is exactly
+// RN16(w) v / (1 + w) with w = exp(q~_0 k), in float.
+TEST_P(CpuPagedAttention, SixteenBitOperandsRoundTheQueryAndEachWeight) {
+  const int64_t dim = 32;
+  const bool f16 = f16_operands(GetParam());
+  const auto layout = kvcache::kv_page_layout(GetParam(), 1, dim);
+  std::vector<uint8_t> pool(layout.page_bytes, 0xFF);
+  std::vector<float> k(2 * dim, 0.0f), v(2 * dim, 0.0f), q(dim, 0.0f);
+  k[dim] = 1.0f;
+  std::fill(v.begin() + dim, v.end(), 1.0f);
+  q[0] = -0.3f;  // no 16-bit value
+  q[1] = 1.7f;   // the head's largest magnitude sets FP16's shift
+  const int64_t slots[] = {0, 1};
+  cpu::cache_insert({.layout = &layout, .pool = pool.data(), .num_pages = 1, .k = k.data(), .v = v.data(),
+                     .slots = slots, .tokens = 2, .scales = {}});
+  const int32_t position = 1, seq = 0, table = 0;
+  std::vector<float> out(dim, NAN), out_fp32(dim, NAN);
+  for (AttentionOperands operands : {AttentionOperands::k16Bit, AttentionOperands::kFP32}) {
+    cpu::paged_attention({.ctx = {&position, &seq, &table, 1, 1, 1}, .layout = &layout, .pool = pool.data(),
+                          .num_pages = 1, .scales = {}, .q = q.data(),
+                          .out = operands == AttentionOperands::k16Bit ? out.data() : out_fp32.data(),
+                          .q_heads = 1, .kv_heads = 1, .head_dim = dim, .softmax_scale = 1.0f,
+                          .operands = operands});
+  }
+  std::vector<float> k_seen(2 * dim), v_seen(2 * dim);
+  kvcache::read_page(layout, pool.data(), 2, k_seen.data(), v_seen.data());
+  const float q0 = rounded_head(q.data(), dim, f16)[0];
+  ASSERT_NE(q0, q[0]);
+  const float w = std::exp(q0 * k_seen[dim]), w16 = round_to_16bit(w, f16);
+  ASSERT_NE(w16, w);
+  const float w_fp32 = std::exp(q[0] * k_seen[dim]);
+  for (int64_t e = 0; e < dim; ++e) {
+    ASSERT_EQ(v_seen[e], 0.0f);
+    EXPECT_EQ(out[e], w16 * v_seen[dim + e] / (1.0f + w)) << "dim " << e;
+    // Without the roundings: w v / (1 + w) of the given query.
+    EXPECT_FLOAT_EQ(out_fp32[e], w_fp32 * v_seen[dim + e] / (1.0f + w_fp32)) << "dim " << e;
   }
 }
 

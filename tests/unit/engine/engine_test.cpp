@@ -194,7 +194,7 @@ TEST(Engine, RequestsThatCanNeverRunAreRefused) {
   testing::expect_error([&] { engine.validate(r); }, {"temperature"});
 }
 
-TEST(CacheFormats, FlagsNameTheCachesAndTheIndexQuery) {
+TEST(CacheFormats, FlagsNameTheCachesTheIndexQueryAndAttentionOperands) {
   const model::CacheFormats f = cache_formats("nvfp4", "auto", "fp8x2");
   EXPECT_EQ(f.kv, kvcache::PageDType::kNVFP4);
   EXPECT_EQ(f.index, kvcache::PageDType::kNVFP4);
@@ -203,6 +203,9 @@ TEST(CacheFormats, FlagsNameTheCachesAndTheIndexQuery) {
   EXPECT_EQ(cache_formats("bf16", "fp8").index_query, IndexQueryFormat::kFP32);
   EXPECT_EQ(cache_formats("bf16", "fp8").index, kvcache::PageDType::kFP8);
   testing::expect_error([] { cache_formats("nvfp4", "auto", "int8"); }, {"--index-query-dtype", "int8"});
+  EXPECT_EQ(f.attention_operands, AttentionOperands::kFP32);
+  EXPECT_EQ(cache_formats("nvfp4", "auto", "fp32", "16bit").attention_operands, AttentionOperands::k16Bit);
+  testing::expect_error([] { cache_formats("nvfp4", "auto", "fp32", "fp16"); }, {"--attention-operands", "fp16"});
 }
 
 TEST(AsyncEngine, ConcurrentClientsGetTheTokensTheyGetAlone) {
