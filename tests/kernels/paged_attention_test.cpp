@@ -287,7 +287,7 @@ TEST_P(PagedAttentionKernels, MatchCpuReferenceOnTheSamePages) {
         // 64 too: the tensor-core kernel reads FP8 and NVFP4 operands in runs that depend on it.
         for (int64_t head_dim : {32, 64, 128}) run_case({GetParam(), sparse, group, head_dim, data}, rng);
         // 16-bit operands on Gaussian data (exact means weigh every key 1, which no rounding moves).
-        for (int64_t head_dim : {16, 32, 128}) {
+        for (int64_t head_dim : {16, 32, 64, 128}) {
           if (data == Data::kGaussian && (head_dim != 16 || GetParam() != PageDType::kNVFP4)) {
             run_case({GetParam(), sparse, group, head_dim, data, AttentionOperands::k16Bit}, rng);
           }
