@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
       else hi[e] = pack16<kF16>(x[2 * e], x[2 * e + 1]);
     }
     *reinterpret_cast<uint4*>(&q_s[0][h * P + c]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    if constexpr (kLo) *reinterpret_cast<uint4*>(&q_s[kLo ? 1 : 0][h * P + c]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    if constexpr (kLo) *reinterpret_cast<uint4*>(&q_s[1][h * P + c]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
   }
   if (threadIdx.x == 0) bad_s = w.bad ? 1 : 0;
 
@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
         for (int ks = 0; ks < kKSteps; ++ks) {
           uint32_t qh[4], ql[4], kb[4];
           ldmatrix_x4(qh, &q_s[0][a_row * P + ks * 16 + a_col]);
-          if constexpr (kLo) ldmatrix_x4(ql, &q_s[kLo ? 1 : 0][a_row * P + ks * 16 + a_col]);
+          if constexpr (kLo) ldmatrix_x4(ql, &q_s[1][a_row * P + ks * 16 + a_col]);
           ldmatrix_x4(kb, &k_s[b_row * P + ks * 16 + b_col]);
           mma<kF16>(s[0], qh, kb[0], kb[1]);  // no two back-to-back MMAs into the same registers
           mma<kF16>(s[1], qh, kb[2], kb[3]);
