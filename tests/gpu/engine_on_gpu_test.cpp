@@ -197,7 +197,14 @@ TEST_F(EngineOnGpu, BuiltInModelAgreesWithTheCpuInEveryCacheFormat) {
 
 // Attention with 16-bit operands on both engines (the CPU rounds Q and the weights as the
 // kernels do): the greedy tokens agree as above, in the caches whose operands are FP16 (NVFP4)
-// and BF16.
+// and BF16. The two sides' weights still differ where their exponentials (a few ulp apart)
+// fall on either side of a 16-bit rounding boundary, by one 16-bit ulp, so the engines part
+// further than with FP32 operands (logits up to 3e-3 of the largest against 3e-4, measured at
+// 4K). That is enough to tip the indexer between two near-tied blocks, and one block more or
+// less moves a token's attention by that block's share, far past any rounding budget. So the
+// logits are held to the budget only when the prompt's last token chose the same blocks on
+// both; otherwise the greedy tokens are checked (a different token only at a near-tie) and the
+// difference is reported.
 TEST_F(EngineOnGpu, SixteenBitAttentionOperandsAgreeWithTheCpu) {
   const std::string dir = model_dir("FP4_DEFAULT_MODEL");
   ASSERT_FALSE(dir.empty()) << "FP4_DEFAULT_MODEL must name the built-in model's directory";
@@ -212,11 +219,12 @@ TEST_F(EngineOnGpu, SixteenBitAttentionOperandsAgreeWithTheCpu) {
                                          kvcache::page_dtype_name(cache));
     const Greedy want = run(cpu, cache, prompt, 64, false, nullptr, AttentionOperands::k16Bit);
     const Greedy got = run(gpu, cache, prompt, 64, false, nullptr, AttentionOperands::k16Bit);
-    if (got.prompt_selection != want.prompt_selection) {
+    const bool same_blocks = got.prompt_selection == want.prompt_selection;
+    if (!same_blocks) {
       std::printf("[  NOTE    ] %s: %lld selected blocks of the prompt's last token differ\n", what.c_str(),
                   static_cast<long long>(differing_ids(got.prompt_selection, want.prompt_selection)));
     }
-    expect_same_greedy(want, got, cpu.config.vocab_size, budget(cache, cpu), what, false);
+    expect_same_greedy(want, got, cpu.config.vocab_size, budget(cache, cpu), what, same_blocks);
   }
 }
 

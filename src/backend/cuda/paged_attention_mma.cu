@@ -311,12 +311,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
           }
           for (;;) {
             const int next_valid = pending[0];
-            float s[2][4] = {};  // the next sub-tile's scores
-            if (next_valid > 0) {
-              cp_async_wait<kStages - 2>();
-              __syncwarp();  // the next sub-tile's copies have landed
-              qk_from_slot<F, D, kLo>(s, q_s[0], q_s[kLo ? 1 : 0], after(slot), lane);
-            }
+            // The next sub-tile's scores. Past the last one the QK still runs, on a slot no copy
+            // is writing, and its scores are dropped: no branch parts it from the P V.
+            float s[2][4] = {};
+            cp_async_wait<kStages - 2>();
+            __syncwarp();  // the next sub-tile's copies have landed
+            qk_from_slot<F, D, kLo>(s, q_s[0], q_s[kLo ? 1 : 0], after(slot), lane);
             pv_from_slot<F, D, kLo>(o, ph, pl, slot + Slot::kPlane, lane);
             __syncwarp();  // every lane's reads of this slot are done
 #pragma unroll
