@@ -8,8 +8,8 @@
 // [16w, 16w + 16) and [64 + 16w, 80 + 16w) of every block and stages them in its own shared
 // memory (BF16: K and V tiles; FP8 and NVFP4: a ring of raw slots, read straight into the MMAs'
 // fragments), so the block loop needs no CTA barrier, with the next sub-tiles' loads in flight
-// while the current one computes; each warp keeps its own online softmax, and the four warps'
-// states are merged once at the end.
+// while the current one computes (NVFP4: one sub-tile's P V beside the next one's QK); each
+// warp keeps its own online softmax, and the four warps' states are merged once at the end.
 //
 // Exactness: BF16 pages are BF16; FP8 values (E4M3) and NVFP4 values (E2M1 x E4M3 block scale,
 // times 2^-14) are exact in FP16. The per-layer scale (FP8 scale, NVFP4 global scale) multiplies
