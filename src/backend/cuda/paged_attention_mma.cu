@@ -8,8 +8,8 @@
 // [16w, 16w + 16) and [64 + 16w, 80 + 16w) of every block and stages them in its own shared
 // memory (BF16: K and V tiles; FP8 and NVFP4: a ring of raw slots, read straight into the MMAs'
 // fragments), so the block loop needs no CTA barrier, with the next sub-tiles' loads in flight
-// while the current one computes (NVFP4: one sub-tile's P V beside the next one's QK); each
-// warp keeps its own online softmax, and the four warps' states are merged once at the end.
+// while the current one computes; each warp keeps its own online softmax, and the four warps'
+// states are merged once at the end.
 //
 // Exactness: BF16 pages are BF16; FP8 values (E4M3) and NVFP4 values (E2M1 x E4M3 block scale,
 // times 2^-14) are exact in FP16. The per-layer scale (FP8 scale, NVFP4 global scale) multiplies
@@ -288,48 +288,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
       int pending[kStages - 1];
 #pragma unroll
       for (int i = 0; i < kStages - 1; ++i) pending[i] = fetch(ring + i * Slot::kBytes);
-      auto after = [&](uint8_t* s) { return s == ring + (kStages - 1) * Slot::kBytes ? ring : s + Slot::kBytes; };
-      if constexpr (kPipelined<F>) {
-        // Sub-tile n's P V and sub-tile n + 1's QK in one stretch of code, with no dependence
-        // between them: the MMAs and the E2M1 expansion of one fill the other's latencies
-        // (the softmax's shuffles and exponentials, the chains of MMAs into S). A slot is
-        // refilled once its P V is done, so kStages - 2 sub-tiles are in flight beyond the two
-        // being computed.
-        if (pending[0] > 0) {
-          int valid = pending[0];
-          cp_async_wait<kStages - 2>();
-          __syncwarp();
-#pragma unroll
-          for (int i = 0; i + 1 < kStages - 1; ++i) pending[i] = pending[i + 1];
-          pending[kStages - 2] = fetch(ring + (kStages - 1) * Slot::kBytes);
-          uint8_t* slot = ring;
-          uint32_t ph[4], pl[4];
-          {
-            float s[2][4] = {};
-            qk_from_slot<F, D, kLo>(s, q_s[0], q_s[kLo ? 1 : 0], slot, lane);
-            softmax_step<kF16, kLo, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
-          }
-          for (;;) {
-            const int next_valid = pending[0];
-            // The next sub-tile's scores. Past the last one the QK still runs, on a slot no copy
-            // is writing, and its scores are dropped: no branch parts it from the P V.
-            float s[2][4] = {};
-            cp_async_wait<kStages - 2>();
-            __syncwarp();  // the next sub-tile's copies have landed
-            qk_from_slot<F, D, kLo>(s, q_s[0], q_s[kLo ? 1 : 0], after(slot), lane);
-            pv_from_slot<F, D, kLo>(o, ph, pl, slot + Slot::kPlane, lane);
-            __syncwarp();  // every lane's reads of this slot are done
-#pragma unroll
-            for (int i = 0; i + 1 < kStages - 1; ++i) pending[i] = pending[i + 1];
-            pending[kStages - 2] = fetch(slot);
-            if (next_valid == 0) break;
-            softmax_step<kF16, kLo, kNTiles>(s, next_valid, kq, m, l, o, ph, pl, tig);
-            slot = after(slot);
-          }
-        }
-        cp_async_wait<0>();  // the empty groups past the end
-        continue;
-      }
       uint8_t* slot = ring;  // step s reads slot s % kStages and refills slot (s - 1) % kStages
       while (pending[0] > 0) {
         const int valid = pending[0];
@@ -343,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
         uint32_t ph[4], pl[4];
         softmax_step<kF16, kLo, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
         pv_from_slot<F, D, kLo>(o, ph, pl, slot + Slot::kPlane, lane);
-        slot = after(slot);
+        slot = slot == ring + (kStages - 1) * Slot::kBytes ? ring : slot + Slot::kBytes;
       }
       cp_async_wait<0>();  // the empty groups past the end
     }

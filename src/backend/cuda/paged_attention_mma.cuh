@@ -72,17 +72,10 @@ struct RawSlot {
   }
 };
 
-// Slots per warp: four for NVFP4 (2.3 KB each at head_dim 128, so four CTAs still fit an SM's
+// Slots per warp: three for NVFP4 (2.3 KB each at head_dim 128, so four CTAs still fit an SM's
 // shared memory), two for FP8 (4 KB each).
 template <KvFormat F>
-constexpr int kRawStages = F == KvFormat::kNVFP4 ? 4 : 2;
-
-// Whether the decode kernel overlaps one sub-tile's P V with the next one's QK (two slots
-// being read at once, so only kRawStages - 2 in flight ahead). NVFP4's E2M1 expansion leaves
-// its warps waiting on dependent instructions rather than on bytes; FP8, at two slots, would
-// lose its prefetch.
-template <KvFormat F>
-constexpr bool kPipelined = F == KvFormat::kNVFP4;
+constexpr int kRawStages = F == KvFormat::kNVFP4 ? 3 : 2;
 
 // Issues the copies of rows [row0, row0 + 16) of K and V into `slot` (not committed). Rows at
 // or past `valid` are zero-filled, codes and scales (a chunk of scales may hold several rows),
