@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/bench-speedups on a made-up `fp4serve bench --json` file whose times give known
-ratios: the indexer and the attention tables, indexer + attention per layer, the experts' NVFP4
-against BF16 weights, and the shapes and families that lack a format left out.
+ratios: the indexer and the attention tables, indexer + attention per layer (graph rows with
+graph rows only), the experts' NVFP4 against BF16 weights, and the shapes and families that lack
+a format left out.
 
     bench_speedups_test.py SCRIPT"""
 import json
@@ -35,6 +36,11 @@ def main():
     # The same with 16-bit operands, its own family (0.125 : 0.2 : 0.3 ms).
     for fmt, ms in (("nvfp4", 0.125), ("fp8", 0.2), ("bf16", 0.3)):
         rows.append(row(f"paged attention sparse {fmt} 16-bit operands", "b128 64/4x128 top16 of 256K", ms))
+    # Per call in a CUDA graph: indexer 0.8 : 1.4 : 1.9, 16-bit attention 0.1 : 0.18 : 0.29 ms.
+    for fmt, ms in (("nvfp4", 0.8), ("fp8", 1.4), ("bf16", 1.9)):
+        rows.append(row(f"indexer top-16 {fmt} tensor cores (graph)", "batch 128 x 256K", ms))
+    for fmt, ms in (("nvfp4", 0.1), ("fp8", 0.18), ("bf16", 0.29)):
+        rows.append(row(f"paged attention sparse {fmt} 16-bit operands (graph)", "b128 64/4x128 top16 of 256K", ms))
     # Routed experts: NVFP4 weights against BF16 weights, no FP8 row (0.1 : 0.35 ms).
     for fmt, ms in (("nvfp4", 0.1), ("bf16", 0.35)):
         rows.append(row(f"{fmt} experts gate+up", "b16 top4 of 128, 62 active, [6144, 6144]", ms))
@@ -70,6 +76,11 @@ def main():
     together16 = line_with("batch 128 x 256K", "1125.0")
     check(together16 is not None and together16.split()[-2:] == ["1.51", "2.04"],
           f"indexer + 16-bit attention: 1700/1125 = 1.51 and 2300/1125 = 2.04 (got {together16!r})")
+    graph_together = line_with("batch 128 x 256K", " 900.0", "1580.0")
+    check(graph_together is not None and graph_together.split()[-2:] == ["1.76", "2.43"],
+          f"graph indexer + graph attention: 1580/900 = 1.76 and 2190/900 = 2.43 (got {graph_together!r})")
+    mixed = (line_with("batch 128 x 256K", "925.0"), line_with("batch 128 x 256K", "1100.0"))
+    check(mixed == (None, None), f"a graph row is never added to a host-call row (got {mixed!r})")
     experts = line_with("62 active")
     check(experts is not None and experts.split()[-1] == "3.50",
           f"experts row: BF16/NVFP4 0.35/0.1 = 3.50 (got {experts!r})")

@@ -2,7 +2,10 @@
 // of its context; every sequence owns its pages, scattered over the pool by a shuffled block
 // table. The pool's contents are 64 distinct pages of Gaussian keys written by the CPU
 // reference and replicated on the device (the timing does not depend on the values, and
-// uploading gigabytes would dominate the run).
+// uploading gigabytes would dominate the run). The tensor-core rows are also timed per call of a
+// CUDA graph that replays calls back to back, as a captured decode step runs its layers; those
+// calls rotate over block tables that place the step's pages at different parts of the pool, so
+// that a call's pages are not in the L2 from the call before.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,6 +28,10 @@ constexpr int64_t kDistinctPages = 64;
 constexpr int64_t kBatches[] = {1, 8, 32, 128};
 constexpr int64_t kContexts[] = {8 * 1024, 32 * 1024, 128 * 1024, 256 * 1024};
 constexpr int64_t kCheckedBatch = 8, kCheckedContext = 8 * 1024;
+// The graph rows replay at least kGraphCalls calls, and enough block-table variants that a call
+// finds its pages at least three L2s of reads back (at most kMaxTableVariants, so the smallest
+// shapes, 64 pages a call, can still find some of theirs in the L2).
+constexpr int64_t kGraphCalls = 8, kMaxTableVariants = 64;
 
 std::vector<float> gaussian(int64_t n, std::mt19937_64& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -72,12 +79,30 @@ std::vector<Way> ways(PageDType dtype) {
   return out;
 }
 
+// Per call of a CUDA graph of max(kGraphCalls, variants) calls, call c reading its pages
+// through table variant c % variants.
+double graph_ms_per_call(const IndexerTopkParams& p, const std::vector<cuda::DeviceBuffer>& tables,
+                         const cuda::DeviceBuffer& workspace, const cuda::IndexerTopkOptions& options, int reps) {
+  const int64_t calls = std::max<int64_t>(kGraphCalls, static_cast<int64_t>(tables.size()));
+  return cuda::median_graph_ms(
+             [&](cudaStream_t s) {
+               for (int64_t c = 0; c < calls; ++c) {
+                 IndexerTopkParams pc = p;
+                 pc.ctx.block_tables = tables[c % tables.size()].as<int32_t>();
+                 cuda::indexer_topk(pc, workspace.data(), workspace.bytes(), s, options);
+               }
+             },
+             3, reps) /
+         static_cast<double>(calls);
+}
+
 }  // namespace
 
 std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int reps) {
   std::vector<Row> rows;
   std::mt19937_64 rng(0x1DE7);
   const int64_t max_pages = kBatches[std::size(kBatches) - 1] * kContexts[std::size(kContexts) - 1] / kvcache::kPageTokens;
+  const auto l2 = static_cast<int64_t>(cuda::device_info(0).l2_bytes);
   for (PageDType dtype : {PageDType::kBF16, PageDType::kFP8, PageDType::kNVFP4}) {
     const kvcache::PageLayout layout = kvcache::index_page_layout(dtype, kDim);
     const float scale = dtype == PageDType::kFP8 ? 1.0f / 64 : 1.0f;
@@ -94,6 +119,16 @@ std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int 
         const cuda::DeviceBuffer d_tables = cuda::DeviceBuffer::copy_of(tables), d_positions = cuda::DeviceBuffer::copy_of(positions), d_seqs = cuda::DeviceBuffer::copy_of(seqs),
                                  d_q = cuda::DeviceBuffer::copy_of(q);
         cuda::DeviceBuffer d_selected(kHeads * batch * kTopk * sizeof(int32_t));
+        // The graph rows' block tables: the step's pages shifted by whole steps through the pool.
+        const int64_t step_pages = batch * blocks, step_bytes = step_pages * layout.page_bytes;
+        const int64_t variants = std::clamp<int64_t>((3 * l2 + step_bytes - 1) / step_bytes, 1,
+                                                     std::min(kMaxTableVariants, max_pages / step_pages));
+        std::vector<cuda::DeviceBuffer> table_variants;
+        for (int64_t v = 0; v < variants; ++v) {
+          std::vector<int32_t> shifted(tables);
+          for (int32_t& page : shifted) page = static_cast<int32_t>(page + v * step_pages);
+          table_variants.push_back(cuda::DeviceBuffer::copy_of(shifted));
+        }
         IndexerTopkParams p{.ctx = {d_positions.as<int32_t>(), d_seqs.as<int32_t>(), d_tables.as<int32_t>(), batch,
                                     batch, blocks},
                             .layout = &layout, .pool = pool.as<uint8_t>(), .num_pages = max_pages, .scale = scale,
@@ -138,9 +173,13 @@ std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int 
           const double ms = cuda::median_ms(run, 3, reps);
           const double bytes = double(batch * context * row_bytes) + double(q.size() * sizeof(float)) +
                                double(kHeads * batch * kTopk * sizeof(int32_t));
-          rows.push_back({device,
-                          fmt::format("indexer top-{} {} {}", kTopk, kvcache::page_dtype_name(dtype), way.name),
-                          fmt::format("batch {} x {}K", batch, context / 1024), bytes, ms, copy_gbps, validated});
+          const std::string name = fmt::format("indexer top-{} {} {}", kTopk, kvcache::page_dtype_name(dtype), way.name);
+          const std::string shape = fmt::format("batch {} x {}K", batch, context / 1024);
+          rows.push_back({device, name, shape, bytes, ms, copy_gbps, validated});
+          if (way.math == cuda::IndexerMath::kTensorCores && way.query == IndexQueryFormat::kFP32) {
+            const double graph_ms = graph_ms_per_call(p, table_variants, workspace, options, reps);
+            rows.push_back({device, name + " (graph)", shape, bytes, graph_ms, copy_gbps, validated});
+          }
         }
       }
     }

@@ -54,6 +54,9 @@ void check_params(const PagedAttentionParams& p) {
             "kernels read {}-token pages", l.page_tokens, detail::kBlockTokens);
   FP4_CHECK(l.page_bytes % 16 == 0 && l.k_codes.offset % 16 == 0 && l.v_codes.offset % 16 == 0,
             "cuda paged_attention: page regions must start on 16-byte boundaries");
+  // The kernels address within a page in 32 bits.
+  FP4_CHECK(l.page_bytes <= kMaxInt, "cuda paged_attention: pages of {} bytes; the kernels take pages "
+            "under 2 GiB", l.page_bytes);
   FP4_CHECK(c.tokens >= 0 && c.tokens <= kMaxInt, "cuda paged_attention: {} tokens", c.tokens);
   if (c.tokens == 0) return;
   FP4_CHECK(c.positions && c.seq_of_token && c.block_tables,

@@ -9,6 +9,7 @@
 // softmax with warp shuffles, and accumulates P.V with lane = 4 (or 2, 1) output dims.
 #include <cuda_runtime.h>
 
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/paged_attention_device.cuh"
 #include "backend/cuda/paged_attention_launch.h"
 #include "formats/attention_operands.h"
@@ -124,6 +125,7 @@ __global__ void __launch_bounds__(kThreads) attention_cuda_core(const AttentionA
   __shared__ __align__(16) float p_s[kWarps][kHeads][kChunk];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int dim_lane = D >= 32 ? lane : min(lane, D - 1);  // a valid column for every lane to read
+  allow_dependent_launch();  // the split merge waits for the partial outputs itself
   CtaWork w = cta_work(a);
 
   for (int i = threadIdx.x; i < GP * D / 4; i += kThreads) {
@@ -235,8 +237,11 @@ __global__ void __launch_bounds__(kThreads) attention_cuda_core(const AttentionA
 }
 
 // out = sum_s 2^(lse_s - max) O_s / sum_s 2^(lse_s - max), one 4-dim quad per thread. Splits
-// with lse = -inf (no key) are skipped; a NaN lse (invalid index) makes the row NaN.
+// with lse = -inf (no key) are skipped; a NaN lse (invalid index) makes the row NaN. Launched
+// as a programmatic dependent of the attention kernel, so its launch overlaps that kernel's
+// last CTAs; it waits for their partial outputs before reading any.
 __global__ void __launch_bounds__(256) merge_splits(const AttentionArgs a) {
+  wait_for_prerequisite_grid();
   const int quads = a.head_dim / 4;
   const int64_t rows = int64_t{a.tokens} * a.q_heads;
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
@@ -336,8 +341,7 @@ cudaError_t launch_paged_attention(const AttentionArgs& a, AttentionKernel kerne
                                  : launch_attention_cuda_core(a, stream);
   if (status != cudaSuccess || a.splits == 1) return status;
   const int64_t quads = int64_t{a.tokens} * a.q_heads * (a.head_dim / 4);
-  merge_splits<<<static_cast<unsigned>((quads + 255) / 256), 256, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_dependent(merge_splits, dim3(static_cast<unsigned>((quads + 255) / 256)), dim3(256), 0, stream, a);
 }
 
 }  // namespace fp4::cuda::detail

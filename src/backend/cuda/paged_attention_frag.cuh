@@ -41,9 +41,13 @@ struct FragSlot : RawSlot<F, D> {
   }
 };
 
-// The copies that fill a FragSlot with rows [row0, row0 + 16) of K and V, as issue_raw makes
-// them, with the lane's chunk positions worked out once: lane i copies chunks i, i + 32, ... of
-// each region.
+// The copies that fill a FragSlot with 16 rows of K and V, as issue_raw makes them. What stays
+// the same from one sub-tile to the next is worked out once: the lane's chunk positions in the
+// slot (lane i copies chunks i, i + 32, ... of each region) and its byte offsets in a page of
+// its first K code chunk and K scale chunk at row `first_row` (the warp's first rows of its KV
+// head). A sub-tile then costs its page pointer, its rows past first_row and its visible keys:
+// a few adds, where computing each region's address from the page's index had cost about 60
+// instructions a sub-tile (scripts/sass-mix).
 template <KvFormat F, int D>
 struct FragFetch {
   using Slot = FragSlot<F, D>;
@@ -55,38 +59,47 @@ struct FragFetch {
   // The swizzle repeats every 8 rows, so passes kDistinct apart land at a fixed distance.
   static constexpr int kDistinct = kPerLane < 8 / kRowsPerPass ? kPerLane : (kRowsPerPass >= 8 ? 1 : 8 / kRowsPerPass);
   int dst[kDistinct];  // byte offsets within a plane of the lane's first kDistinct code chunks
+  // Byte offsets in a page (the launcher keeps pages under 2 GB): this lane's first chunk of K
+  // codes and of K scales at first_row, and how far V's regions sit past K's.
+  int code_offset, scale_offset, v_codes_past_k, v_scales_past_k;
 
-  __device__ __forceinline__ FragFetch() {
+  __device__ __forceinline__ FragFetch(const AttentionArgs& a, int first_row) {
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int i = 0; i < kDistinct; ++i) {
       dst[i] = 16 * Slot::chunk(lane / Slot::kVecsPerRow + kRowsPerPass * i, lane % Slot::kVecsPerRow);
     }
+    code_offset = static_cast<int>(a.k_codes) + first_row * Slot::kRowBytes + 16 * lane;
+    scale_offset = static_cast<int>(a.k_scales) + first_row * Slot::kScaleRowBytes + 16 * lane;
+    v_codes_past_k = static_cast<int>(a.v_codes - a.k_codes);
+    v_scales_past_k = static_cast<int>(a.v_scales - a.k_scales);
   }
   __device__ __forceinline__ int dst_of(int i) const {
     return dst[i % kDistinct] + (i / kDistinct) * kDistinct * kRowsPerPass * Slot::kRowBytes;
   }
 
-  // Not committed. Rows at or past `valid` are zero-filled, codes and scales.
-  __device__ __forceinline__ void issue(uint8_t* slot, const AttentionArgs& a, const uint8_t* page, int row0,
-                                        int valid) const {
+  // Rows [first_row + rows, first_row + rows + 16) of `page`; not committed. Rows at or past
+  // `valid` (counted from the sub-tile's first) are zero-filled, codes and scales.
+  __device__ __forceinline__ void issue(uint8_t* slot, const uint8_t* page, int rows, int valid) const {
     const int lane = threadIdx.x % 32, row = lane / Slot::kVecsPerRow;  // row of the lane's first chunk
+    const uint8_t* k_codes = page + (code_offset + rows * Slot::kRowBytes);
 #pragma unroll
     for (int kv = 0; kv < 2; ++kv) {
       uint8_t* plane = slot + kv * Slot::kPlane;
-      const uint8_t* codes = page + (kv == 0 ? a.k_codes : a.v_codes) + int64_t{row0} * Slot::kRowBytes + 16 * lane;
+      const uint8_t* codes = kv == 0 ? k_codes : k_codes + v_codes_past_k;
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         if (kCodeChunks >= 32 || lane < kCodeChunks) {
           cp_async16(plane + dst_of(i), codes + 512 * i, row + kRowsPerPass * i < valid);
         }
       }
-      if constexpr (Slot::kFp4) {
-        if (lane < kScaleChunks) {
-          const uint8_t* scales = page + (kv == 0 ? a.k_scales : a.v_scales) + int64_t{row0} * Slot::kScaleRowBytes;
-          const int bytes = min(16, max(0, valid * Slot::kScaleRowBytes - 16 * lane));
-          cp_async16_prefix(plane + Slot::kCodes + 16 * lane, scales + 16 * lane, bytes);
-        }
+    }
+    if constexpr (Slot::kFp4) {
+      if (lane < kScaleChunks) {
+        const uint8_t* k_scales = page + (scale_offset + rows * Slot::kScaleRowBytes);
+        const int bytes = min(16, max(0, valid * Slot::kScaleRowBytes - 16 * lane));
+        cp_async16_prefix(slot + Slot::kCodes + 16 * lane, k_scales, bytes);
+        cp_async16_prefix(slot + Slot::kPlane + Slot::kCodes + 16 * lane, k_scales + v_scales_past_k, bytes);
       }
     }
   }

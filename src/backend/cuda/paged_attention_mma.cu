@@ -22,6 +22,7 @@
 // (the CPU reference rounds alike), not an error.
 #include <cuda_runtime.h>
 
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/paged_attention_device.cuh"
 #include "backend/cuda/paged_attention_frag.cuh"
 #include "backend/cuda/paged_attention_launch.h"
@@ -44,13 +45,12 @@ constexpr int kMinCtas = 4;
 
 constexpr int kItemBatch = 64;  // blocks (or selection slots) whose pages are resolved at once
 
-// Block -> page for one item of the split, before the pipeline starts: page byte offset and
-// visible keys, or -1 for padding; an invalid index sets *bad.
+// Block -> page for one item of the split, before the pipeline starts: the page and its
+// visible keys, or no keys for padding and for an invalid index (which sets *bad).
 __device__ __forceinline__ void resolve_item(const AttentionArgs& a, CtaWork w, int item,
-                                             int64_t& page_offset, int& keys, int* bad) {
+                                             const uint8_t*& page, int& keys, int* bad) {
   keys = 0;
-  const uint8_t* page = item_page(a, w, item, keys);
-  page_offset = page != nullptr ? page - a.pool : -1;
+  page = item_page(a, w, item, keys);
   if (w.bad) *bad = 1;
 }
 
@@ -120,10 +120,11 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
   __shared__ __align__(16) uint8_t work_s[kWarps * kWarpBytes > kOutBytes ? kWarps * kWarpBytes : kOutBytes];
   __shared__ float ml_s[kWarps][kRows][2];
   __shared__ float q_factor_s[kRows];
-  __shared__ int64_t page_s[kItemBatch];
+  __shared__ const uint8_t* page_s[kItemBatch];
   __shared__ int keys_s[kItemBatch];
   __shared__ int bad_s;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
+  allow_dependent_launch();  // the split merge waits for the partial outputs itself
   CtaWork w = cta_work(a);
 
   // Q as hi + lo in the tiles' type, its dimensions in K's column order (qk_dim for FP8 and
@@ -190,14 +191,15 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
     if (threadIdx.x < count) resolve_item(a, w, base + threadIdx.x, page_s[threadIdx.x], keys_s[threadIdx.x], &bad_s);
     __syncthreads();
 
-    // This warp's sub-tiles, in order: (item, sub) with key0 = (4 sub + warp) 16 < keys.
+    // This warp's sub-tiles, in order: (item, sub) with key0 = (4 sub + warp) 16 < keys (an
+    // item without a page has no keys).
     auto next = [&](int& item, int& sub) {
       do {
         if (++sub == kSubTiles) {
           sub = 0;
           ++item;
         }
-      } while (item < count && (page_s[item] < 0 || (sub * kWarps + warp) * kSub >= keys_s[item]));
+      } while (item < count && (sub * kWarps + warp) * kSub >= keys_s[item]);
     };
     auto row0_of = [&](int item, int sub, int& valid) {
       const int key0 = (sub * kWarps + warp) * kSub;
@@ -212,8 +214,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
       if (item < count) {
         int valid;
         const int row0 = row0_of(item, sub, valid);
-        issue_bf16<D>(k_s, a.pool + page_s[item] + a.k_codes, row0, valid, lane);
-        issue_bf16<D>(v_s, a.pool + page_s[item] + a.v_codes, row0, valid, lane);
+        issue_bf16<D>(k_s, page_s[item] + a.k_codes, row0, valid, lane);
+        issue_bf16<D>(v_s, page_s[item] + a.v_codes, row0, valid, lane);
       }
       while (item < count) {
         int next_item = item, next_sub = sub;
@@ -241,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
         if (more) {
           int next_valid;
           const int row0 = row0_of(next_item, next_sub, next_valid);
-          issue_bf16<D>(k_s, a.pool + page_s[next_item] + a.k_codes, row0, next_valid, lane);
+          issue_bf16<D>(k_s, page_s[next_item] + a.k_codes, row0, next_valid, lane);
         }
         uint32_t ph[4], pl[4];
         softmax_step<kF16, kLo, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
@@ -263,7 +265,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
         if (more) {
           int next_valid;
           const int row0 = row0_of(next_item, next_sub, next_valid);
-          issue_bf16<D>(v_s, a.pool + page_s[next_item] + a.v_codes, row0, next_valid, lane);
+          issue_bf16<D>(v_s, page_s[next_item] + a.v_codes, row0, next_valid, lane);
         }
         item = next_item;
         sub = next_sub;
@@ -274,12 +276,13 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
       // fetch commits one group (empty past the end), so "all but the newest kRawStages - 2
       // groups" is the oldest pending sub-tile.
       constexpr int kStages = kRawStages<F>;
-      const FragFetch<F, D> plan;
+      const FragFetch<F, D> plan(a, w.g * kBlockTokens + warp * kSub);
       auto fetch = [&](uint8_t* target) {
         int valid = 0;
         if (item < count) {
-          const int row0 = row0_of(item, sub, valid);
-          plan.issue(target, a, a.pool + page_s[item], row0, valid);
+          const int rows = sub * kWarps * kSub;  // past the warp's first sub-tile of the page
+          valid = min(kSub, keys_s[item] - (rows + warp * kSub));
+          plan.issue(target, page_s[item], rows, valid);
           next(item, sub);
         }
         cp_async_commit();
