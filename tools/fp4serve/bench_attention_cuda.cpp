@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_check.h"

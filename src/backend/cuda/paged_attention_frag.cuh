@@ -45,9 +45,8 @@ struct FragSlot : RawSlot<F, D> {
 // the same from one sub-tile to the next is worked out once: the lane's chunk positions in the
 // slot (lane i copies chunks i, i + 32, ... of each region) and its byte offsets in a page of
 // its first K code chunk and K scale chunk at row `first_row` (the warp's first rows of its KV
-// head). A sub-tile then costs its page pointer, its rows past first_row and its visible keys:
-// a few adds, where computing each region's address from the page's index had cost about 60
-// instructions a sub-tile (scripts/sass-mix).
+// head). A sub-tile then costs its page pointer, its rows past first_row and its visible keys,
+// instead of each region's address worked out from the page's offset and the row anew.
 template <KvFormat F, int D>
 struct FragFetch {
   using Slot = FragSlot<F, D>;
