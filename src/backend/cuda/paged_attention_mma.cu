@@ -44,18 +44,14 @@ constexpr int kSubTiles = kBlockTokens / (kWarps * kSub);
 constexpr int kMinCtas = 4;
 
 constexpr int kItemBatch = 64;  // blocks (or selection slots) whose pages are resolved at once
-// The first batch is resolved by the last two warps while the first two read Q, so the
-// selection and block-table loads overlap Q's instead of following it.
-constexpr int kQueryThreads = kThreads - kItemBatch;
-static_assert(kQueryThreads == 64, "Q is read by two warps, the first batch resolved by two");
 
 // Block -> page for one item of the split, before the pipeline starts: the page and its
-// visible keys, or no keys for padding and for an invalid index (which sets bad).
+// visible keys, or no keys for padding and for an invalid index (which sets *bad).
 __device__ __forceinline__ void resolve_item(const AttentionArgs& a, CtaWork w, int item,
-                                             const uint8_t*& page, int& keys, bool& bad) {
+                                             const uint8_t*& page, int& keys, int* bad) {
   keys = 0;
   page = item_page(a, w, item, keys);
-  bad |= w.bad;
+  if (w.bad) *bad = 1;
 }
 
 // How far (in log2 units) a row's running reference may sit below its true maximum before the
@@ -130,16 +126,11 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
   allow_dependent_launch();  // the split merge waits for the partial outputs itself
   CtaWork w = cta_work(a);
-  if (threadIdx.x == 0) bad_s = w.bad ? 1 : 0;
-  bool bad = false;  // an invalid index among this thread's items of the batch
-  if (const int item = threadIdx.x - kQueryThreads; item >= 0 && item < min(kItemBatch, w.last - w.first)) {
-    resolve_item(a, w, w.first + item, page_s[item], keys_s[item], bad);
-  }
 
   // Q as hi + lo in the tiles' type, its dimensions in K's column order (qk_dim for FP8 and
-  // NVFP4), by the first two warps. FP16: each head first scaled by q_factor_s into range.
+  // NVFP4). FP16: each head first scaled by q_factor_s into range.
   if constexpr (kF16) {
-    for (int h = warp; h < kRows && warp < kQueryThreads / 32; h += kQueryThreads / 32) {
+    for (int h = warp; h < kRows; h += kWarps) {
       float m = 0.0f;
       if (h < a.group) {
         for (int d = lane; d < D; d += 32) m = fmaxf(m, fabsf(__ldg(a.q + out_row(a, w, h) * D + d)));
@@ -149,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
     }
     __syncthreads();
   }
-  for (int i = threadIdx.x; i < kRows * D / 8 && threadIdx.x < kQueryThreads; i += kQueryThreads) {
+  for (int i = threadIdx.x; i < kRows * D / 8; i += kThreads) {
     const int h = i / (D / 8), c = 8 * (i % (D / 8));
     float x[8] = {};
     if (h < a.group) {
@@ -174,6 +165,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
     *reinterpret_cast<uint4*>(&q_s[0][h * P + c]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     if constexpr (kLo) *reinterpret_cast<uint4*>(&q_s[1][h * P + c]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
   }
+  if (threadIdx.x == 0) bad_s = w.bad ? 1 : 0;
 
   uint16_t* k_s = reinterpret_cast<uint16_t*>(work_s + warp * kWarpBytes);  // BF16
   uint16_t* v_s = k_s + kSub * P;
@@ -195,13 +187,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
 
   for (int base = w.first; base < w.last; base += kItemBatch) {
     const int count = min(kItemBatch, w.last - base);
-    if (base != w.first) {  // the first batch was resolved beside Q
-      __syncthreads();      // the previous batch's list is consumed
-      if (threadIdx.x < count) resolve_item(a, w, base + threadIdx.x, page_s[threadIdx.x], keys_s[threadIdx.x], bad);
-    }
-    // q_s and this batch's list are written; an invalid index makes the whole row NaN.
-    if (__syncthreads_or(bad) && threadIdx.x == 0) bad_s = 1;
-    bad = false;
+    __syncthreads();  // q_s and bad_s are written; the previous batch's list is consumed
+    if (threadIdx.x < count) resolve_item(a, w, base + threadIdx.x, page_s[threadIdx.x], keys_s[threadIdx.x], &bad_s);
+    __syncthreads();
 
     // This warp's sub-tiles, in order: (item, sub) with key0 = (4 sub + warp) 16 < keys (an
     // item without a page has no keys).
