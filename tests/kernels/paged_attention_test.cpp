@@ -461,6 +461,14 @@ TEST(PagedAttentionLauncher, RefusesShapesAndArgumentsTheKernelsDoNotTake) {
   p = params(fp4_pages, 4);
   p.scales.v = 0.0f;
   refused(p);                                                // zero global scale
+  const auto huge_pages = kvcache::kv_page_layout(PageDType::kFP32, 16400, 128);
+  ASSERT_GT(huge_pages.page_bytes, int64_t{1} << 31);
+  try {  // pages over 2 GiB: the kernels address within a page in 32 bits
+    (void)cuda::paged_attention_workspace_bytes(params(huge_pages, 16400), {});
+    ADD_FAILURE() << "a page of " << huge_pages.page_bytes << " bytes was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("under 2 GiB"), std::string::npos) << e.what();
+  }
   const auto fp32_pages = kvcache::kv_page_layout(PageDType::kFP32, 2, 32);
   refused(params(fp32_pages, 4), {cuda::AttentionKernelChoice::kTensorCore, 1});
   refused(params(fp32_pages, 4), {cuda::AttentionKernelChoice::kPrefill, 1});

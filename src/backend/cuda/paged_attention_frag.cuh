@@ -58,7 +58,7 @@ struct FragFetch {
   // The swizzle repeats every 8 rows, so passes kDistinct apart land at a fixed distance.
   static constexpr int kDistinct = kPerLane < 8 / kRowsPerPass ? kPerLane : (kRowsPerPass >= 8 ? 1 : 8 / kRowsPerPass);
   int dst[kDistinct];  // byte offsets within a plane of the lane's first kDistinct code chunks
-  // Byte offsets in a page (the launcher keeps pages under 2 GB): this lane's first chunk of K
+  // Byte offsets in a page (the launcher keeps pages under 2 GiB): this lane's first chunk of K
   // codes and of K scales at first_row, and how far V's regions sit past K's.
   int code_offset, scale_offset, v_codes_past_k, v_scales_past_k;
 
