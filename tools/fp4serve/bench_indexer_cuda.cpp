@@ -116,10 +116,11 @@ std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int 
         std::shuffle(tables.begin(), tables.end(), rng);
         std::iota(seqs.begin(), seqs.end(), 0);
         const auto q = gaussian(batch * kHeads * kDim, rng);
-        const cuda::DeviceBuffer d_tables = cuda::DeviceBuffer::copy_of(tables), d_positions = cuda::DeviceBuffer::copy_of(positions), d_seqs = cuda::DeviceBuffer::copy_of(seqs),
+        const cuda::DeviceBuffer d_positions = cuda::DeviceBuffer::copy_of(positions), d_seqs = cuda::DeviceBuffer::copy_of(seqs),
                                  d_q = cuda::DeviceBuffer::copy_of(q);
         cuda::DeviceBuffer d_selected(kHeads * batch * kTopk * sizeof(int32_t));
-        // The graph rows' block tables: the step's pages shifted by whole steps through the pool.
+        // The step's block table, then for the graph rows the same shifted by whole steps through
+        // the pool.
         const int64_t step_pages = batch * blocks, step_bytes = step_pages * layout.page_bytes;
         const int64_t variants = std::clamp<int64_t>((3 * l2 + step_bytes - 1) / step_bytes, 1,
                                                      std::min(kMaxTableVariants, max_pages / step_pages));
@@ -129,7 +130,7 @@ std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int 
           for (int32_t& page : shifted) page = static_cast<int32_t>(page + v * step_pages);
           table_variants.push_back(cuda::DeviceBuffer::copy_of(shifted));
         }
-        IndexerTopkParams p{.ctx = {d_positions.as<int32_t>(), d_seqs.as<int32_t>(), d_tables.as<int32_t>(), batch,
+        IndexerTopkParams p{.ctx = {d_positions.as<int32_t>(), d_seqs.as<int32_t>(), table_variants[0].as<int32_t>(), batch,
                                     batch, blocks},
                             .layout = &layout, .pool = pool.as<uint8_t>(), .num_pages = max_pages, .scale = scale,
                             .index_q = d_q.as<float>(), .heads = kHeads, .head_dim = kDim, .topk = kTopk,

@@ -280,6 +280,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
       auto fetch = [&](uint8_t* target) {
         int valid = 0;
         if (item < count) {
+          // row0_of's count, written out: calling it changes ptxas's code for FP8 (+8 instructions).
           const int rows = sub * kWarps * kSub;  // past the warp's first sub-tile of the page
           valid = min(kSub, keys_s[item] - (rows + warp * kSub));
           plan.issue(target, page_s[item], rows, valid);
