@@ -53,13 +53,16 @@ __device__ __forceinline__ CtaWork cta_work(const AttentionArgs& a) {
   return w;
 }
 
-// The page of item i and its count of visible keys, or nullptr for padding and for an invalid
-// index (which also sets w.bad). In the CUDA-core kernel every thread asks for the same item,
-// so branches on the result are uniform; the tensor-core kernel resolves one item per thread.
-__device__ __forceinline__ const uint8_t* item_page(const AttentionArgs& a, CtaWork& w, int i,
-                                                    int& keys) {
-  const int block =
-      a.selected != nullptr ? a.selected[(int64_t{w.g} * a.tokens + w.t) * a.topk + i] : i;
+// The block item i names: its selection entry when sparse (-1 and any negative id are
+// padding), the block itself when dense. The entry's address does not depend on the token's
+// position, so a kernel may load it beside the step's indices.
+__device__ __forceinline__ int item_block(const AttentionArgs& a, int t, int g, int i) {
+  return a.selected != nullptr ? a.selected[(int64_t{g} * a.tokens + t) * a.topk + i] : i;
+}
+
+// The page of `block` and its count of visible keys, or nullptr for padding and for an invalid
+// index (which also sets w.bad).
+__device__ __forceinline__ const uint8_t* block_page(const AttentionArgs& a, CtaWork& w, int block, int& keys) {
   if (block < 0) return nullptr;
   if (block > w.pos / kBlockTokens || block >= a.max_blocks) {
     w.bad = true;
@@ -72,6 +75,13 @@ __device__ __forceinline__ const uint8_t* item_page(const AttentionArgs& a, CtaW
   }
   keys = min(kBlockTokens, w.pos + 1 - block * kBlockTokens);
   return a.pool + int64_t{page} * a.page_bytes;
+}
+
+// The page of item i (see block_page). In the CUDA-core kernel every thread asks for the same
+// item, so branches on the result are uniform; the tensor-core kernel resolves one item per
+// thread.
+__device__ __forceinline__ const uint8_t* item_page(const AttentionArgs& a, CtaWork& w, int i, int& keys) {
+  return block_page(a, w, item_block(a, w.t, w.g, i), keys);
 }
 
 // Row of query head h of the CTA's group: the output itself when there is one split, else

@@ -165,6 +165,22 @@ __host__ __device__ constexpr int qk_dim(int col) {
   else return tig * (D / 4) + 4 * ks + 2 * half + e;
 }
 
+// An aligned group of 8 columns of qk_dim is its first column's dimension plus the group's own
+// pattern: qk_dim(8j + e) = qk_dim(8j) + qk_dim(e). So a thread staging the group reads one base
+// address at constant offsets.
+template <KvFormat F, int D>
+constexpr bool qk_dim_splits() {
+  for (int c = 0; c < D; c += 8) {
+    for (int e = 0; e < 8; ++e) {
+      if (qk_dim<F, D>(c + e) != qk_dim<F, D>(c) + qk_dim<F, D>(e)) return false;
+    }
+  }
+  return true;
+}
+static_assert(qk_dim_splits<KvFormat::kNVFP4, 32>() && qk_dim_splits<KvFormat::kNVFP4, 64>() &&
+              qk_dim_splits<KvFormat::kNVFP4, 128>() && qk_dim_splits<KvFormat::kFP8, 32>() &&
+              qk_dim_splits<KvFormat::kFP8, 64>() && qk_dim_splits<KvFormat::kFP8, 128>());
+
 // The dimension held at column `col` of P V's output (n-tile col / 8, column col % 8 = the grp
 // of the lanes that loaded it).
 template <KvFormat F, int D>

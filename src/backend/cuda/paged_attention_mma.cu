@@ -46,12 +46,12 @@ constexpr int kMinCtas = 4;
 constexpr int kItemBatch = 64;  // blocks (or selection slots) whose pages are resolved at once
 
 // Block -> page for one item of the split, before the pipeline starts: the page and its
-// visible keys, or no keys for padding and for an invalid index (which sets *bad).
-__device__ __forceinline__ void resolve_item(const AttentionArgs& a, CtaWork w, int item,
-                                             const uint8_t*& page, int& keys, int* bad) {
+// visible keys, or no keys for padding and for an invalid index (which sets bad).
+__device__ __forceinline__ void resolve_block(const AttentionArgs& a, CtaWork w, int block,
+                                              const uint8_t*& page, int& keys, bool& bad) {
   keys = 0;
-  page = item_page(a, w, item, keys);
-  if (w.bad) *bad = 1;
+  page = block_page(a, w, block, keys);
+  bad = bad || w.bad;
 }
 
 // How far (in log2 units) a row's running reference may sit below its true maximum before the
@@ -122,50 +122,80 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
   __shared__ float q_factor_s[kRows];
   __shared__ const uint8_t* page_s[kItemBatch];
   __shared__ int keys_s[kItemBatch];
-  __shared__ int bad_s;
+  __shared__ int bad_s;  // the row is NaN: an invalid position, sequence or index (kept in shared
+                         // memory rather than a register through the block loop)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
   allow_dependent_launch();  // the split merge waits for the partial outputs itself
-  CtaWork w = cta_work(a);
 
-  // Q as hi + lo in the tiles' type, its dimensions in K's column order (qk_dim for FP8 and
-  // NVFP4). FP16: each head first scaled by q_factor_s into range.
-  if constexpr (kF16) {
-    for (int h = warp; h < kRows; h += kWarps) {
-      float m = 0.0f;
-      if (h < a.group) {
-        for (int d = lane; d < D; d += 32) m = fmaxf(m, fabsf(__ldg(a.q + out_row(a, w, h) * D + d)));
-      }
-      m = warp_max(m);
-      if (lane == 0) q_factor_s[h] = f16_range_factor(m);
-    }
-    __syncthreads();
-  }
-  for (int i = threadIdx.x; i < kRows * D / 8; i += kThreads) {
-    const int h = i / (D / 8), c = 8 * (i % (D / 8));
-    float x[8] = {};
-    if (h < a.group) {
-      const float* row = a.q + out_row(a, w, h) * D;
+  // The prologue waits on two memory round trips: Q's loads, the step's indices and the first
+  // batch's selection entries (whose addresses need no index) are issued together, and the
+  // block table entries follow once the position and the selection are in.
+  // Q: thread i holds 8 elements of head i / (D / 8), its item's columns in K's order (qk_dim
+  // for FP8 and NVFP4); a head's D / 8 threads are neighbours in one warp.
+  constexpr int kQItems = kRows * D / 8, kQPerThread = (kQItems + kThreads - 1) / kThreads;
+  static_assert(kQItems % 32 == 0, "Q's items fill whole warps, which reduce a head by shuffles");
+  const int64_t q_row0 = int64_t{blockIdx.x} * a.q_heads + int64_t{blockIdx.y} * a.group;  // out_row's
+  float qx[kQPerThread][8];
+#pragma unroll
+  for (int k = 0; k < kQPerThread; ++k) {
+    const int i = threadIdx.x + k * kThreads, h = i / (D / 8), c = 8 * (i % (D / 8));
+#pragma unroll
+    for (int e = 0; e < 8; ++e) qx[k][e] = 0.0f;
+    if (i < kQItems && h < a.group) {
+      const float* row = a.q + (q_row0 + h) * D;
       if constexpr (kBf16) {
         const float4 lo4 = __ldg(reinterpret_cast<const float4*>(row + c));
         const float4 hi4 = __ldg(reinterpret_cast<const float4*>(row + c) + 1);
         const float in[8] = {lo4.x, lo4.y, lo4.z, lo4.w, hi4.x, hi4.y, hi4.z, hi4.w};
 #pragma unroll
-        for (int e = 0; e < 8; ++e) x[e] = in[e];
+        for (int e = 0; e < 8; ++e) qx[k][e] = in[e];
       } else {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) x[e] = __ldg(row + qk_dim<F, D>(c + e)) * q_factor_s[h];
+        for (int e = 0; e < 8; ++e) qx[k][e] = __ldg(row + qk_dim<F, D>(c) + qk_dim<F, D>(e));  // qk_dim_splits
       }
+    }
+  }
+  const int first_item = blockIdx.z * a.blocks_per_split + threadIdx.x;
+  int first_block = first_item;  // dense: the item is the block
+  if (a.selected != nullptr && threadIdx.x < min(kItemBatch, a.blocks_per_split) && first_item < a.topk) {
+    first_block = item_block(a, blockIdx.x, blockIdx.y, first_item);
+  }
+  CtaWork w = cta_work(a);
+  bool item_bad = false;  // an invalid index among this thread's items
+  if (threadIdx.x < min(kItemBatch, w.last - w.first)) {
+    resolve_block(a, w, first_block, page_s[threadIdx.x], keys_s[threadIdx.x], item_bad);
+  }
+
+  // Q as hi + lo in the tiles' type (one part with 16-bit operands). FP16: each head first
+  // scaled by the power of two that puts its largest magnitude into range.
+#pragma unroll
+  for (int k = 0; k < kQPerThread; ++k) {
+    const int i = threadIdx.x + k * kThreads, h = i / (D / 8), c = 8 * (i % (D / 8));
+    if constexpr (kF16) {
+      float m = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) m = fmaxf(m, fabsf(qx[k][e]));
+#pragma unroll
+      for (int o = 1; o < D / 8; o *= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      const float factor = f16_range_factor(m);
+      if (i < kQItems && c == 0) q_factor_s[h] = factor;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) qx[k][e] *= factor;
     }
     uint32_t hi[4], lo[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      if constexpr (kLo) split<kF16>(x[2 * e], x[2 * e + 1], hi[e], lo[e]);
-      else hi[e] = pack16<kF16>(x[2 * e], x[2 * e + 1]);
+      if constexpr (kLo) split<kF16>(qx[k][2 * e], qx[k][2 * e + 1], hi[e], lo[e]);
+      else hi[e] = pack16<kF16>(qx[k][2 * e], qx[k][2 * e + 1]);
     }
-    *reinterpret_cast<uint4*>(&q_s[0][h * P + c]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    if constexpr (kLo) *reinterpret_cast<uint4*>(&q_s[1][h * P + c]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    if (i < kQItems) {
+      *reinterpret_cast<uint4*>(&q_s[0][h * P + c]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      if constexpr (kLo) *reinterpret_cast<uint4*>(&q_s[1][h * P + c]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
   }
-  if (threadIdx.x == 0) bad_s = w.bad ? 1 : 0;
+  // Q, its factors and the first batch's pages are in shared memory.
+  const bool bad = __syncthreads_or(item_bad) != 0 || w.bad;
+  if (threadIdx.x == 0) bad_s = bad;
 
   uint16_t* k_s = reinterpret_cast<uint16_t*>(work_s + warp * kWarpBytes);  // BF16
   uint16_t* v_s = k_s + kSub * P;
@@ -187,9 +217,15 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
 
   for (int base = w.first; base < w.last; base += kItemBatch) {
     const int count = min(kItemBatch, w.last - base);
-    __syncthreads();  // q_s and bad_s are written; the previous batch's list is consumed
-    if (threadIdx.x < count) resolve_item(a, w, base + threadIdx.x, page_s[threadIdx.x], keys_s[threadIdx.x], &bad_s);
-    __syncthreads();
+    if (base != w.first) {  // dense layers past kItemBatch blocks: the next batch's pages
+      __syncthreads();      // the previous batch's list is consumed
+      bool batch_bad = false;
+      if (threadIdx.x < count) {
+        resolve_block(a, w, item_block(a, w.t, w.g, base + threadIdx.x), page_s[threadIdx.x], keys_s[threadIdx.x],
+                      batch_bad);
+      }
+      if (__syncthreads_or(batch_bad) && threadIdx.x == 0) bad_s = 1;
+    }
 
     // This warp's sub-tiles, in order: (item, sub) with key0 = (4 sub + warp) 16 < keys (an
     // item without a page has no keys).
