@@ -155,15 +155,16 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
       }
     }
   }
-  const int first_item = blockIdx.z * a.blocks_per_split + threadIdx.x;
+  const int tid = threadIdx.x;  // signed: a bad row's item count is negative
+  const int first_item = blockIdx.z * a.blocks_per_split + tid;
   int first_block = first_item;  // dense: the item is the block
-  if (a.selected != nullptr && threadIdx.x < min(kItemBatch, a.blocks_per_split) && first_item < a.topk) {
+  if (a.selected != nullptr && tid < min(kItemBatch, a.blocks_per_split) && first_item < a.topk) {
     first_block = item_block(a, blockIdx.x, blockIdx.y, first_item);
   }
   CtaWork w = cta_work(a);
   bool item_bad = false;  // an invalid index among this thread's items
-  if (threadIdx.x < min(kItemBatch, w.last - w.first)) {
-    resolve_block(a, w, first_block, page_s[threadIdx.x], keys_s[threadIdx.x], item_bad);
+  if (tid < min(kItemBatch, w.last - w.first)) {
+    resolve_block(a, w, first_block, page_s[tid], keys_s[tid], item_bad);
   }
 
   // Q as hi + lo in the tiles' type (one part with 16-bit operands). FP16: each head first
