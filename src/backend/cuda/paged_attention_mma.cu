@@ -67,16 +67,21 @@ constexpr float kRescaleSlack = 8.0f;
 template <bool kF16, bool kLo, int kNTiles>
 __device__ __forceinline__ void softmax_step(const float s[2][4], int valid, const float kq[2], float m[2],
                                              float l[2], float o[][4], uint32_t ph[4], uint32_t pl[4], int tig) {
-  float alpha[2];
+  float alpha[2], x[2][4];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float x[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[r][e] = s[e / 2][2 * r + e % 2] * kq[r];
+  }
+  if (valid < kSub) {  // the page's last keys: a warp-uniform branch, taken once a page at most
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int key = (e / 2) * 8 + 2 * tig + e % 2;
-      x[e] = key < valid ? s[e / 2][2 * r + e % 2] * kq[r] : neg_inf();
+      if ((e / 2) * 8 + 2 * tig + e % 2 >= valid) x[0][e] = x[1][e] = neg_inf();
     }
-    float top = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float top = fmaxf(fmaxf(x[r][0], x[r][1]), fmaxf(x[r][2], x[r][3]));
     top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
     top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
     // The reference moves only when the row's maximum passes it by more than the slack (or it
@@ -89,7 +94,7 @@ __device__ __forceinline__ void softmax_step(const float s[2][4], int valid, con
     const float m_ref = m_new == neg_inf() ? 0.0f : m_new;
     float p[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) p[e] = exp2_ftz(x[e] - m_ref);
+    for (int e = 0; e < 4; ++e) p[e] = exp2_ftz(x[r][e] - m_ref);
     l[r] = l[r] * alpha[r] + ((p[0] + p[1]) + (p[2] + p[3]));  // this lane's share of the row
     if constexpr (kLo) {
       split<kF16>(p[0], p[1], ph[r], pl[r]);
