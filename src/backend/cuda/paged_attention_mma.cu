@@ -319,7 +319,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
       // groups" is the oldest pending sub-tile.
       constexpr int kStages = kRawStages<F>;
       const FragFetch<F, D> plan(a, w.g * kBlockTokens + warp * kSub);
-      const FragReads<F, D> reads(lane);
       auto fetch = [&](uint8_t* target) {
         int valid = 0;
         if (item < count) {
@@ -344,10 +343,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
         for (int i = 0; i + 1 < kStages - 1; ++i) pending[i] = pending[i + 1];
         pending[kStages - 2] = fetch(slot == ring ? ring + (kStages - 1) * Slot::kBytes : slot - Slot::kBytes);
         float s[2][4] = {};  // n-tile t: keys 8t .. 8t + 7
-        qk_from_slot<F, D, kLo>(s, q_s[0], q_s[kLo ? 1 : 0], slot, reads, lane);
+        qk_from_slot<F, D, kLo>(s, q_s[0], q_s[kLo ? 1 : 0], slot, lane);
         uint32_t ph[4], pl[4];
         softmax_step<kF16, kLo, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
-        pv_from_slot<F, D, kLo>(o, ph, pl, slot + Slot::kPlane, reads);
+        pv_from_slot<F, D, kLo>(o, ph, pl, slot + Slot::kPlane, lane);
         slot = slot == ring + (kStages - 1) * Slot::kBytes ? ring : slot + Slot::kBytes;
       }
       cp_async_wait<0>();  // the empty groups past the end
