@@ -35,10 +35,6 @@ struct FragSlot : RawSlot<F, D> {
     else if constexpr (F == KvFormat::kNVFP4) return p ^ (2 * ((key >> 1) & 3));  // 4 chunks a row
     else return p ^ (key & 7);                                                    // 8 chunks a row
   }
-  // Byte `offset` of row `key`'s codes, for a read that stays inside one 16-byte chunk.
-  static __device__ __forceinline__ const uint8_t* code(const uint8_t* plane, int key, int offset) {
-    return plane + 16 * chunk(key, offset / 16) + offset % 16;
-  }
 };
 
 // The copies that fill a FragSlot with 16 rows of K and V, as issue_raw makes them. What stays
@@ -46,7 +42,9 @@ struct FragSlot : RawSlot<F, D> {
 // slot (lane i copies chunks i, i + 32, ... of each region) and its byte offsets in a page of
 // its first K code chunk and K scale chunk at row `first_row` (the warp's first rows of its KV
 // head). A sub-tile then costs its page pointer, its rows past first_row and its visible keys,
-// instead of each region's address worked out from the page's offset and the row anew.
+// instead of each region's address worked out from the page's offset and the row anew. An
+// aggregate, so that a kernel can keep each lane's in shared memory: at the decode kernel's
+// register budget ptxas would otherwise work it out again for every sub-tile.
 template <KvFormat F, int D>
 struct FragFetch {
   using Slot = FragSlot<F, D>;
@@ -62,16 +60,18 @@ struct FragFetch {
   // codes and of K scales at first_row, and how far V's regions sit past K's.
   int code_offset, scale_offset, v_codes_past_k, v_scales_past_k;
 
-  __device__ __forceinline__ FragFetch(const AttentionArgs& a, int first_row) {
+  static __device__ __forceinline__ FragFetch of(const AttentionArgs& a, int first_row) {
     const int lane = threadIdx.x % 32;
+    FragFetch f;
 #pragma unroll
     for (int i = 0; i < kDistinct; ++i) {
-      dst[i] = 16 * Slot::chunk(lane / Slot::kVecsPerRow + kRowsPerPass * i, lane % Slot::kVecsPerRow);
+      f.dst[i] = 16 * Slot::chunk(lane / Slot::kVecsPerRow + kRowsPerPass * i, lane % Slot::kVecsPerRow);
     }
-    code_offset = static_cast<int>(a.k_codes) + first_row * Slot::kRowBytes + 16 * lane;
-    scale_offset = static_cast<int>(a.k_scales) + first_row * Slot::kScaleRowBytes + 16 * lane;
-    v_codes_past_k = static_cast<int>(a.v_codes - a.k_codes);
-    v_scales_past_k = static_cast<int>(a.v_scales - a.k_scales);
+    f.code_offset = static_cast<int>(a.k_codes) + first_row * Slot::kRowBytes + 16 * lane;
+    f.scale_offset = static_cast<int>(a.k_scales) + first_row * Slot::kScaleRowBytes + 16 * lane;
+    f.v_codes_past_k = static_cast<int>(a.v_codes - a.k_codes);
+    f.v_scales_past_k = static_cast<int>(a.v_scales - a.k_scales);
+    return f;
   }
   __device__ __forceinline__ int dst_of(int i) const {
     return dst[i % kDistinct] + (i / kDistinct) * kDistinct * kRowsPerPass * Slot::kRowBytes;
@@ -142,17 +142,6 @@ __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t* w) {
   }
 }
 
-// Reads a run of N bytes of row `key` that may span chunks (FP8 K at head_dim 128: 32 bytes).
-template <class Slot, int N>
-__device__ __forceinline__ void load_run(const uint8_t* plane, int key, int offset, uint32_t* w) {
-  if constexpr (N > 16) {
-#pragma unroll
-    for (int i = 0; i < N / 16; ++i) load_words<16>(Slot::code(plane, key, offset + 16 * i), w + 4 * i);
-  } else {
-    load_words<N>(Slot::code(plane, key, offset), w);
-  }
-}
-
 // The head_dim permutation of K (and Q): dimension held at column `col` of QK's k axis
 // (k-step col / 16, index col % 16 within it). Lane tig = (col % 8) / 2 holds it; `half`
 // (col % 16 / 8) selects the MMA's b0 or b1 register and `e` the pair's element.
@@ -211,28 +200,72 @@ static_assert(frag_dims_are_permutations<KvFormat::kNVFP4, 32>() && frag_dims_ar
               frag_dims_are_permutations<KvFormat::kNVFP4, 128>() && frag_dims_are_permutations<KvFormat::kFP8, 32>() &&
               frag_dims_are_permutations<KvFormat::kFP8, 64>() && frag_dims_are_permutations<KvFormat::kFP8, 128>());
 
+// This lane's reads of a FragSlot plane as byte offsets, worked out once per CTA so that a
+// sub-tile's reads cost the slot's address plus constants. K: key grp's run (second n-tile:
+// keys 8 further on); V: keys 2 tig + e's runs (the MMA's second k rows: 8 further on); NVFP4:
+// the block scales those runs need. An aggregate, kept in shared memory like FragFetch.
+template <KvFormat F, int D>
+struct FragReads {
+  using Slot = FragSlot<F, D>;
+  static constexpr int kKRun = Slot::kRowBytes / 4, kVRun = Slot::kRowBytes / 8;
+  static constexpr int kKReads = kKRun > 16 ? kKRun / 16 : 1;  // reads of at most 16 bytes
+  static constexpr int kPlus8Keys = 8 * Slot::kRowBytes;       // the same read, keys 8 on
+  static constexpr int kPlus8Scales = 8 * Slot::kScaleRowBytes;
+  int k_code[kKReads], v_code[2];
+  int k_scale, v_scale;  // NVFP4
+
+  static __device__ __forceinline__ FragReads of(int lane) {
+    const int grp = lane / 4, tig = lane % 4;
+    FragReads r;
+#pragma unroll
+    for (int i = 0; i < kKReads; ++i) r.k_code[i] = code_offset(grp, tig * kKRun + 16 * i);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) r.v_code[e] = code_offset(2 * tig + e, grp * kVRun);
+    r.k_scale = Slot::kCodes + grp * Slot::kScaleRowBytes + tig * (D / 4) / 16;
+    r.v_scale = Slot::kCodes + 2 * tig * Slot::kScaleRowBytes + grp * (D / 8) / 16;
+    return r;
+  }
+  static __host__ __device__ constexpr int code_offset(int key, int offset) {
+    return 16 * Slot::chunk(key, offset / 16) + offset % 16;
+  }
+  // Whether every read of keys 8 on lies kPlus8Keys further, as the readers assume.
+  static constexpr bool plus8_holds() {
+    for (int key = 0; key < 8; ++key) {
+      for (int offset = 0; offset < Slot::kRowBytes; ++offset) {
+        if (code_offset(key + 8, offset) != code_offset(key, offset) + kPlus8Keys) return false;
+      }
+    }
+    return true;
+  }
+};
+static_assert(FragReads<KvFormat::kNVFP4, 32>::plus8_holds() && FragReads<KvFormat::kNVFP4, 64>::plus8_holds() &&
+              FragReads<KvFormat::kNVFP4, 128>::plus8_holds() && FragReads<KvFormat::kFP8, 32>::plus8_holds() &&
+              FragReads<KvFormat::kFP8, 64>::plus8_holds() && FragReads<KvFormat::kFP8, 128>::plus8_holds());
+
 // S (two n-tiles of 8 keys) += Q K^T for one sub-tile, K from the landed K plane of a FragSlot.
 // q_hi and q_lo hold Q's hi and lo rows (pitch D + 8) in qk_dim's column order; without kLo
 // (16-bit operands) q_hi is Q and q_lo is not read.
 template <KvFormat F, int D, bool kLo>
 __device__ __forceinline__ void qk_from_slot(float s[2][4], const uint16_t* q_hi, const uint16_t* q_lo,
-                                             const uint8_t* plane, int lane) {
-  using Slot = FragSlot<F, D>;
-  constexpr int P = D + 8, kKSteps = D / 16, kRun = Slot::kRowBytes / 4;
-  const int grp = lane / 4, tig = lane % 4;
+                                             const uint8_t* plane, const FragReads<F, D>& at, int lane) {
+  using Reads = FragReads<F, D>;
+  constexpr int P = D + 8, kKSteps = D / 16, kRun = Reads::kKRun;
   const int a_row = (lane / 8 % 2) * 8 + lane % 8, a_col = (lane / 16) * 8;
   uint32_t raw[2][(kRun + 3) / 4];
 #pragma unroll
-  for (int t = 0; t < 2; ++t) load_run<Slot, kRun>(plane, 8 * t + grp, tig * kRun, raw[t]);
+  for (int t = 0; t < 2; ++t) {
+#pragma unroll
+    for (int i = 0; i < Reads::kKReads; ++i) {
+      load_words<kRun < 16 ? kRun : 16>(plane + at.k_code[i] + t * Reads::kPlus8Keys, raw[t] + 4 * i);
+    }
+  }
   [[maybe_unused]] uint32_t sf[2];  // NVFP4: the run's block scales as an FP16 pair (j < 2, j >= 2)
   if constexpr (F == KvFormat::kNVFP4) {
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
-      const uint8_t* scales = plane + Slot::kCodes + (8 * t + grp) * Slot::kScaleRowBytes;
       // The run's first block, and its second at head_dim 128 (the run is 32 values).
-      const int block = tig * (D / 4) / 16;
-      const uint32_t bytes = D == 128 ? *reinterpret_cast<const uint16_t*>(scales + block)
-                                      : uint32_t{scales[block]} * 0x0101u;
+      const uint8_t* scales = plane + at.k_scale + t * Reads::kPlus8Scales;
+      const uint32_t bytes = D == 128 ? *reinterpret_cast<const uint16_t*>(scales) : uint32_t{*scales} * 0x0101u;
       sf[t] = e4m3x2_to_f16x2(bytes);
     }
   }
@@ -273,26 +306,24 @@ __device__ __forceinline__ void qk_from_slot(float s[2][4], const uint16_t* q_hi
 // the slot (FragFetch's zero-fill), so they add nothing.
 template <KvFormat F, int D, bool kLo>
 __device__ __forceinline__ void pv_from_slot(float o[][4], const uint32_t ph[4], const uint32_t pl[4],
-                                             const uint8_t* plane, int lane) {
-  using Slot = FragSlot<F, D>;
-  constexpr int kRun = Slot::kRowBytes / 8, kWords = (kRun + 3) / 4;
-  const int grp = lane / 4, tig = lane % 4;
+                                             const uint8_t* plane, const FragReads<F, D>& at) {
+  using Reads = FragReads<F, D>;
+  using Slot = typename Reads::Slot;
+  constexpr int kRun = Reads::kVRun, kWords = (kRun + 3) / 4;
+  static_assert(kRun <= 16, "one read of V's run");
   // Keys of the MMA's k rows: (2 tig, 2 tig + 1) for b0, (2 tig + 8, 2 tig + 9) for b1.
   uint32_t raw[2][2][kWords];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
 #pragma unroll
-    for (int e = 0; e < 2; ++e) load_run<Slot, kRun>(plane, 8 * r + 2 * tig + e, grp * kRun, raw[r][e]);
+    for (int e = 0; e < 2; ++e) load_words<kRun>(plane + at.v_code[e] + r * Reads::kPlus8Keys, raw[r][e]);
   }
   [[maybe_unused]] uint32_t sf[2];  // NVFP4: the two keys' block scales as an FP16 pair, per register
   if constexpr (F == KvFormat::kNVFP4) {
-    const int block = grp * (D / 8) / 16;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const uint8_t* scales = plane + Slot::kCodes + block;
-      const int key = 8 * r + 2 * tig;
-      sf[r] = e4m3x2_to_f16x2(uint32_t{scales[key * Slot::kScaleRowBytes]} |
-                              uint32_t{scales[(key + 1) * Slot::kScaleRowBytes]} << 8);
+      const uint8_t* scales = plane + at.v_scale + r * Reads::kPlus8Scales;
+      sf[r] = e4m3x2_to_f16x2(uint32_t{scales[0]} | uint32_t{scales[Slot::kScaleRowBytes]} << 8);
     }
   }
 #pragma unroll

@@ -318,13 +318,19 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
       // fetch commits one group (empty past the end), so "all but the newest kRawStages - 2
       // groups" is the oldest pending sub-tile.
       constexpr int kStages = kRawStages<F>;
-      const FragFetch<F, D> plan(a, w.g * kBlockTokens + warp * kSub);
+      // Each lane's fetch plan is read back from shared memory for every sub-tile (one load
+      // instead of the dozens of instructions ptxas spends to work it out again).
+      __shared__ FragFetch<F, D> plan_s[kThreads];
+      __shared__ FragReads<F, D> reads_s[kThreads];  // likewise, the lane's reads of a slot
+      plan_s[threadIdx.x] = FragFetch<F, D>::of(a, w.g * kBlockTokens + warp * kSub);
+      reads_s[threadIdx.x] = FragReads<F, D>::of(lane);
       auto fetch = [&](uint8_t* target) {
         int valid = 0;
         if (item < count) {
           // row0_of's count, written out: calling it changes ptxas's code for FP8 (+8 instructions).
           const int rows = sub * kWarps * kSub;  // past the warp's first sub-tile of the page
           valid = min(kSub, keys_s[item] - (rows + warp * kSub));
+          const FragFetch<F, D> plan = plan_s[threadIdx.x];
           plan.issue(target, page_s[item], rows, valid);
           next(item, sub);
         }
@@ -343,10 +349,11 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
         for (int i = 0; i + 1 < kStages - 1; ++i) pending[i] = pending[i + 1];
         pending[kStages - 2] = fetch(slot == ring ? ring + (kStages - 1) * Slot::kBytes : slot - Slot::kBytes);
         float s[2][4] = {};  // n-tile t: keys 8t .. 8t + 7
-        qk_from_slot<F, D, kLo>(s, q_s[0], q_s[kLo ? 1 : 0], slot, lane);
+        const FragReads<F, D> reads = reads_s[threadIdx.x];
+        qk_from_slot<F, D, kLo>(s, q_s[0], q_s[kLo ? 1 : 0], slot, reads, lane);
         uint32_t ph[4], pl[4];
         softmax_step<kF16, kLo, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
-        pv_from_slot<F, D, kLo>(o, ph, pl, slot + Slot::kPlane, lane);
+        pv_from_slot<F, D, kLo>(o, ph, pl, slot + Slot::kPlane, reads);
         slot = slot == ring + (kStages - 1) * Slot::kBytes ? ring : slot + Slot::kBytes;
       }
       cp_async_wait<0>();  // the empty groups past the end
