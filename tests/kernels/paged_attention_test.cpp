@@ -313,6 +313,19 @@ TEST_P(PagedAttentionKernels, MatchCpuReferenceOnTheSamePages) {
   }
 }
 
+// A step small enough for compute-sanitizer's memcheck and racecheck to take in seconds, at the
+// model's geometry (16 query heads a KV head, head_dim 128), sparse, both operand kinds: a
+// sequence of one token, one ending one short of a block, one past a block boundary and one
+// of more blocks than a CTA resolves at once.
+TEST_P(PagedAttentionKernels, SanitizerSizedSparseStep) {
+  auto rng = testing::seeded_rng(50 + static_cast<int>(GetParam()));
+  const Step step{{{1, 1}, {127, 1}, {2049, 2}, {8400, 1}}, true, true, false};
+  for (AttentionOperands operands : {AttentionOperands::kFP32, AttentionOperands::k16Bit}) {
+    run_case({GetParam(), true, 16, 128, Data::kGaussian, operands}, rng, step);
+  }
+  run_case({GetParam(), true, 16, 128, Data::kExactMeans}, rng, step);
+}
+
 // Prefill chunks: a whole prompt of 700 tokens, a chunk of 301 tokens ending at 2,100 (it starts
 // mid-block and ends mid-unit), a few queries of a short sequence and a single token, so the
 // prefill kernel's 4-token CTAs straddle sequences and blocks; the selections in any order with
