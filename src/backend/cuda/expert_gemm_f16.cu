@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(const uint16_
   int s = 0;
   if (m != 0 && m < 0x7F80u) s = min(14 - ilogbf(__uint_as_float(m << 16)), 127);
   const float up = __int_as_float((s + 127) << 23);
-  if (threadIdx.x == 0) out_scale[row] = __int_as_float((tc::kE2m1F16Shift - s + 127) << 23);  // 2^(shift - s)
+  if (threadIdx.x == 0) out_scale[row] = __int_as_float((14 - s + 127) << 23);  // 2^(14 - s)
   auto store = [&](int c, const uint4& v) {  // v: (x0, x1), (x2, x3), (x4, x5), (x6, x7)
     // Within a 128-value block, lane tig's v-th group (values 32 tig + 8v ..) goes to 4v + tig,
     // so that one 16-byte load of the four lanes of a token reads 64 contiguous bytes.

@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
   // Lanes 0 to 3 write heads 4p + lane: their maxima go back by the query's power of two (NVFP4
   // keys were multiplied as value x 2^-14) and the FP8 per-layer scale.
   const float out_scale = D == PageDType::kFP8 ? a.scale : 1.0f;
-  constexpr int kKeyShift = D == PageDType::kNVFP4 ? tc::kE2m1F16Shift : 0;
+  constexpr int kKeyShift = D == PageDType::kNVFP4 ? 14 : 0;
 
   const float kNegInf = __int_as_float(0xFF800000);
   float* scores = a.scores + t * a.heads * a.max_blocks;

@@ -120,43 +120,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Bulk copies (the copy engine, sm_90) completing on an mbarrier: one thread issues a region's
-// copy; every thread that reads it waits on the barrier's phase. A barrier expects one arrival
-// per phase, the issuing thread's, which also tells it how many bytes the phase's copies bring.
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bar)) : "memory");
-}
-// Makes the initialized barriers visible to the copy engine, before any copy names them.
-__device__ __forceinline__ void fence_mbarrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory.
-__device__ __forceinline__ void cp_async_bulk(void* dst, const void* src, int bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-}
-// True in one lane of the (converged) warp: a branch the compiler knows one thread takes, so
-// that the bulk copies inside issue once rather than in a loop over the active lanes.
-__device__ __forceinline__ bool elect_one() {
-  uint32_t elected;
-  asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}\n" : "=r"(elected));
-  return elected != 0;
-}
-// Until the barrier's phase of this parity (0 for its first) has completed.
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n @!done bra WAIT;\n}\n" ::"r"(
-          smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162_raw h) {
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
@@ -189,28 +152,19 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t select
   return d;
 }
 
-// Four E4M3 codes (low byte first) as two FP16 pairs: bytes 0, 1 and bytes 2, 3 (two hardware
-// conversions; the halves are register halves, no shift).
-__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t four, uint32_t& lo, uint32_t& hi) {
-  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
-      : "=r"(lo), "=r"(hi)
-      : "r"(four));
-}
-
-// E2M1 values come out of e2m1x8_to_f16x2_permuted as FP16 times 2^-kE2m1F16Shift.
-constexpr int kE2m1F16Shift = 6;
-
 // Eight E2M1 codes (value i in nibble i of w) as four FP16 pairs in the order (v0, v2),
-// (v4, v6), (v1, v3), (v5, v7), each value times 2^-6: the codes placed as E4M3 bits
-// (e2m1x8_to_e4m3x8, two masks per four codes) and converted by the hardware, which keeps the
-// integer pipe to about 5 instructions per 8 codes (the conversions run elsewhere). Exact:
-// 0.5 x 2^-6 is an E4M3 subnormal and an FP16 normal. Multiplying by an E4M3 block scale in FP16
-// then stays exact: at most 6 significant bits, none below 2^-16.
+// (v4, v6), (v1, v3), (v5, v7): each code's sign and magnitude placed as the top bits of an
+// FP16, which makes the pair the values times 2^-14 (0.5 lands on a subnormal, which is right).
+// Multiplying by an E4M3 block scale in FP16 then stays exact: at most 6 significant bits, none
+// below 2^-24.
 __device__ __forceinline__ void e2m1x8_to_f16x2_permuted(uint32_t w, uint32_t out[4]) {
-  uint32_t even, odd;
-  e2m1x8_to_e4m3x8(w, even, odd);
-  e4m3x4_to_f16x2x2(even, out[0], out[1]);  // values 0, 2 | 4, 6
-  e4m3x4_to_f16x2x2(odd, out[2], out[3]);   // 1, 3 | 5, 7
+  // FP16 high bytes (sign << 7 | magnitude << 1) of the even codes, then of the odd ones.
+  const uint32_t even = ((w << 1) & 0x0E0E0E0Eu) | ((w << 4) & 0x80808080u);
+  const uint32_t odd = ((w >> 3) & 0x0E0E0E0Eu) | (w & 0x80808080u);
+  out[0] = prmt(even, 0, 0x1404);  // values 0, 2
+  out[1] = prmt(even, 0, 0x3424);  // 4, 6
+  out[2] = prmt(odd, 0, 0x1404);   // 1, 3
+  out[3] = prmt(odd, 0, 0x3424);   // 5, 7
 }
 
 // Which of the eight values of e2m1x8_to_f16x2_permuted's group sits at position c.

@@ -12,11 +12,7 @@
 //   over all n-tiles the run [grp D/8, (grp + 1) D/8) of their dimensions (8 NVFP4 bytes, one
 //   block scale per key). The B fragment pairs two keys at one dimension: the two keys' code
 //   bytes are interleaved by one prmt before the expansion, which then yields the pairs.
-// FP8 keys stay in their natural order. NVFP4 sub-tiles land by bulk copies as the page holds
-// them, with no room for a swizzle, so the readers permute the keys instead: key k of S's columns,
-// of P and of V's k rows is row frag_key_row(k) of the slot (keys 2 and 3 of every 4 swapped).
-// With 64-byte rows that keeps K's reads free of bank conflicts and V's at two-way, the least a
-// plain layout allows (the four keys 2 tig of a phase can only fall on two row parities).
+// Keys stay in their natural order, so S's columns, P and the row masking are unchanged.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,24 +22,18 @@
 
 namespace fp4::cuda::detail::tc {
 
-// A raw slot read by fragments: RawSlot's regions with another chunk placement. FP8 at head_dim
-// 128: the chunks are XOR-swizzled within each 128-byte line so that both read patterns are free
-// of bank conflicts, K's 16-byte reads (8 lanes: two keys x four chunks) and V's 16-byte reads
-// (four keys 2 apart x the lanes' runs); other FP8 head sizes keep the plain order (correct, not
-// tuned). NVFP4: the page's order, keys permuted by frag_key_row.
-template <KvFormat F>
-__host__ __device__ constexpr int frag_key_row(int key) {
-  if constexpr (F == KvFormat::kNVFP4) return key ^ ((key >> 1) & 1);
-  else return key;
-}
-
+// A raw slot read by fragments: RawSlot's regions with another chunk placement. At head_dim 128
+// the chunks are XOR-swizzled within each 128-byte line so that both read patterns are free of
+// bank conflicts: K's 16-byte reads (8 lanes: two keys x four chunks) and V's 8-byte (NVFP4) or
+// 16-byte (FP8) reads (four keys 2 apart x the lanes' runs). Other head sizes keep the plain
+// order (correct, not tuned).
 template <KvFormat F, int D>
 struct FragSlot : RawSlot<F, D> {
   static __host__ __device__ constexpr int chunk(int key, int piece) {
-    if constexpr (F == KvFormat::kNVFP4) return frag_key_row<F>(key) * RawSlot<F, D>::kVecsPerRow + piece;
     const int p = key * RawSlot<F, D>::kVecsPerRow + piece;
     if constexpr (D != 128) return p;
-    else return p ^ (key & 7);  // 8 chunks a row
+    else if constexpr (F == KvFormat::kNVFP4) return p ^ (2 * ((key >> 1) & 3));  // 4 chunks a row
+    else return p ^ (key & 7);                                                    // 8 chunks a row
   }
 };
 
@@ -57,18 +47,18 @@ struct FragSlot : RawSlot<F, D> {
 // register budget ptxas would otherwise work it out again for every sub-tile.
 template <KvFormat F, int D>
 struct FragFetch {
-  static_assert(F == KvFormat::kFP8, "NVFP4 sub-tiles come by bulk copies (BulkFetch)");
   using Slot = FragSlot<F, D>;
-  static constexpr int kCodeChunks = Slot::kCodes / 16;
+  static constexpr int kCodeChunks = Slot::kCodes / 16, kScaleChunks = Slot::kScales / 16;
   static constexpr int kPerLane = (kCodeChunks + 31) / 32;
   static constexpr int kRowsPerPass = 32 / Slot::kVecsPerRow;  // rows one pass of 32 chunks covers
   static_assert(kCodeChunks % 32 == 0 || kCodeChunks < 32, "whole passes, or one partial pass");
+  static_assert(kScaleChunks <= 32, "one pass of scale chunks");
   // The swizzle repeats every 8 rows, so passes kDistinct apart land at a fixed distance.
   static constexpr int kDistinct = kPerLane < 8 / kRowsPerPass ? kPerLane : (kRowsPerPass >= 8 ? 1 : 8 / kRowsPerPass);
   int dst[kDistinct];  // byte offsets within a plane of the lane's first kDistinct code chunks
   // Byte offsets in a page (the launcher keeps pages under 2 GiB): this lane's first chunk of K
-  // codes at first_row, and how far V's codes sit past K's.
-  int code_offset, v_codes_past_k;
+  // codes and of K scales at first_row, and how far V's regions sit past K's.
+  int code_offset, scale_offset, v_codes_past_k, v_scales_past_k;
 
   static __device__ __forceinline__ FragFetch of(const AttentionArgs& a, int first_row) {
     const int lane = threadIdx.x % 32;
@@ -78,7 +68,9 @@ struct FragFetch {
       f.dst[i] = 16 * Slot::chunk(lane / Slot::kVecsPerRow + kRowsPerPass * i, lane % Slot::kVecsPerRow);
     }
     f.code_offset = static_cast<int>(a.k_codes) + first_row * Slot::kRowBytes + 16 * lane;
+    f.scale_offset = static_cast<int>(a.k_scales) + first_row * Slot::kScaleRowBytes + 16 * lane;
     f.v_codes_past_k = static_cast<int>(a.v_codes - a.k_codes);
+    f.v_scales_past_k = static_cast<int>(a.v_scales - a.k_scales);
     return f;
   }
   __device__ __forceinline__ int dst_of(int i) const {
@@ -86,7 +78,7 @@ struct FragFetch {
   }
 
   // Rows [first_row + rows, first_row + rows + 16) of `page`; not committed. Rows at or past
-  // `valid` (counted from the sub-tile's first) are zero-filled.
+  // `valid` (counted from the sub-tile's first) are zero-filled, codes and scales.
   __device__ __forceinline__ void issue(uint8_t* slot, const uint8_t* page, int rows, int valid) const {
     const int lane = threadIdx.x % 32, row = lane / Slot::kVecsPerRow;  // row of the lane's first chunk
     const uint8_t* k_codes = page + (code_offset + rows * Slot::kRowBytes);
@@ -101,43 +93,13 @@ struct FragFetch {
         }
       }
     }
-  }
-};
-
-// NVFP4 rows come by bulk copies, 32 rows a copy: warp w of the decode kernel takes rows
-// [32 w, 32 w + 32) of each page it reads (two 16-key sub-tiles), as four regions (K codes, K
-// scales, V codes, V scales), each contiguous in the page, copied as they are by one lane into
-// a slot of the warp's ring, completing on the slot's barrier. A copy moves whole regions, so
-// rows past the visible keys are not zero-filled: the softmax masks their scores, and
-// pv_from_slot zeroes their V block scales, so that what a page holds past its last token (an
-// earlier sequence's values, never-written bytes, NaN scales) weighs nothing.
-template <int D>
-struct BulkSlot {
-  using Rows = FragSlot<KvFormat::kNVFP4, D>;  // a row's bytes and the readers' layout
-  static constexpr int kRows = 2 * kSub;
-  static constexpr int kCodes = kRows * Rows::kRowBytes, kScales = kRows * Rows::kScaleRowBytes;
-  static constexpr int kPlane = kCodes + kScales, kBytes = 2 * kPlane;  // K, then V
-  static constexpr int kStages = 2;  // slots per warp: one 32-row copy in flight while two sub-tiles compute
-  static_assert(kCodes % 16 == 0 && kScales % 16 == 0, "bulk copies move whole 16-byte units");
-
-  // Sub-tile h (0 or 1) of plane kv (0: K, 1: V) in a landed slot: its codes and its scales.
-  static __device__ __forceinline__ const uint8_t* codes(const uint8_t* slot, int kv, int h) {
-    return slot + kv * kPlane + h * kSub * Rows::kRowBytes;
-  }
-  static __device__ __forceinline__ const uint8_t* scales(const uint8_t* slot, int kv, int h) {
-    return slot + kv * kPlane + kCodes + h * kSub * Rows::kScaleRowBytes;
-  }
-
-  // Rows [row0, row0 + 32) of `page`; called by the whole (converged) warp, one lane issues.
-  static __device__ __forceinline__ void issue(uint8_t* slot, uint64_t* bar, const uint8_t* page,
-                                               const AttentionArgs& a, int row0) {
-    if (elect_one()) {
-      mbarrier_arrive_expect_tx(bar, kBytes);
-      const int64_t codes = int64_t{row0} * Rows::kRowBytes, scales = int64_t{row0} * Rows::kScaleRowBytes;
-      cp_async_bulk(slot, page + a.k_codes + codes, kCodes, bar);
-      cp_async_bulk(slot + kCodes, page + a.k_scales + scales, kScales, bar);
-      cp_async_bulk(slot + kPlane, page + a.v_codes + codes, kCodes, bar);
-      cp_async_bulk(slot + kPlane + kCodes, page + a.v_scales + scales, kScales, bar);
+    if constexpr (Slot::kFp4) {
+      if (lane < kScaleChunks) {
+        const uint8_t* k_scales = page + (scale_offset + rows * Slot::kScaleRowBytes);
+        const int bytes = min(16, max(0, valid * Slot::kScaleRowBytes - 16 * lane));
+        cp_async16_prefix(slot + Slot::kCodes + 16 * lane, k_scales, bytes);
+        cp_async16_prefix(slot + Slot::kPlane + Slot::kCodes + 16 * lane, k_scales + v_scales_past_k, bytes);
+      }
     }
   }
 };
@@ -157,8 +119,9 @@ constexpr bool frag_fetch_offsets_hold() {
   }
   return true;
 }
-static_assert(frag_fetch_offsets_hold<KvFormat::kFP8, 32>() && frag_fetch_offsets_hold<KvFormat::kFP8, 64>() &&
-              frag_fetch_offsets_hold<KvFormat::kFP8, 128>());
+static_assert(frag_fetch_offsets_hold<KvFormat::kNVFP4, 32>() && frag_fetch_offsets_hold<KvFormat::kNVFP4, 64>() &&
+              frag_fetch_offsets_hold<KvFormat::kNVFP4, 128>() && frag_fetch_offsets_hold<KvFormat::kFP8, 32>() &&
+              frag_fetch_offsets_hold<KvFormat::kFP8, 64>() && frag_fetch_offsets_hold<KvFormat::kFP8, 128>());
 
 // N bytes (4, 8, 16 or 32; aligned) as words; N < 4 reads a 16-bit value into the low half.
 template <int N>
@@ -249,8 +212,7 @@ struct FragReads {
   static constexpr int kPlus8Keys = 8 * Slot::kRowBytes;       // the same read, keys 8 on
   static constexpr int kPlus8Scales = 8 * Slot::kScaleRowBytes;
   int k_code[kKReads], v_code[2];
-  // NVFP4, from the start of the sub-tile's scales: key grp's, keys 2 tig and 2 tig + 1's.
-  int k_scale, v_scale[2];
+  int k_scale, v_scale;  // NVFP4
 
   static __device__ __forceinline__ FragReads of(int lane) {
     const int grp = lane / 4, tig = lane % 4;
@@ -259,19 +221,16 @@ struct FragReads {
     for (int i = 0; i < kKReads; ++i) r.k_code[i] = code_offset(grp, tig * kKRun + 16 * i);
 #pragma unroll
     for (int e = 0; e < 2; ++e) r.v_code[e] = code_offset(2 * tig + e, grp * kVRun);
-    r.k_scale = frag_key_row<F>(grp) * Slot::kScaleRowBytes + tig * (D / 4) / 16;
-#pragma unroll
-    for (int e = 0; e < 2; ++e) r.v_scale[e] = frag_key_row<F>(2 * tig + e) * Slot::kScaleRowBytes + grp * (D / 8) / 16;
+    r.k_scale = Slot::kCodes + grp * Slot::kScaleRowBytes + tig * (D / 4) / 16;
+    r.v_scale = Slot::kCodes + 2 * tig * Slot::kScaleRowBytes + grp * (D / 8) / 16;
     return r;
   }
   static __host__ __device__ constexpr int code_offset(int key, int offset) {
     return 16 * Slot::chunk(key, offset / 16) + offset % 16;
   }
-  // Whether every read of keys 8 on lies kPlus8Keys further (kPlus8Scales for their block
-  // scales), as the readers assume.
+  // Whether every read of keys 8 on lies kPlus8Keys further, as the readers assume.
   static constexpr bool plus8_holds() {
     for (int key = 0; key < 8; ++key) {
-      if (frag_key_row<F>(key + 8) != frag_key_row<F>(key) + 8) return false;
       for (int offset = 0; offset < Slot::kRowBytes; ++offset) {
         if (code_offset(key + 8, offset) != code_offset(key, offset) + kPlus8Keys) return false;
       }
@@ -283,13 +242,12 @@ static_assert(FragReads<KvFormat::kNVFP4, 32>::plus8_holds() && FragReads<KvForm
               FragReads<KvFormat::kNVFP4, 128>::plus8_holds() && FragReads<KvFormat::kFP8, 32>::plus8_holds() &&
               FragReads<KvFormat::kFP8, 64>::plus8_holds() && FragReads<KvFormat::kFP8, 128>::plus8_holds());
 
-// S (two n-tiles of 8 keys) += Q K^T for one sub-tile, K from a landed slot: its 16 rows of codes
-// and (NVFP4) of block scales. q_hi and q_lo hold Q's hi and lo rows (pitch D + 8) in qk_dim's
-// column order; without kLo (16-bit operands) q_hi is Q and q_lo is not read.
+// S (two n-tiles of 8 keys) += Q K^T for one sub-tile, K from the landed K plane of a FragSlot.
+// q_hi and q_lo hold Q's hi and lo rows (pitch D + 8) in qk_dim's column order; without kLo
+// (16-bit operands) q_hi is Q and q_lo is not read.
 template <KvFormat F, int D, bool kLo>
 __device__ __forceinline__ void qk_from_slot(float s[2][4], const uint16_t* q_hi, const uint16_t* q_lo,
-                                             const uint8_t* codes, const uint8_t* scales_at,
-                                             const FragReads<F, D>& at, int lane) {
+                                             const uint8_t* plane, const FragReads<F, D>& at, int lane) {
   using Reads = FragReads<F, D>;
   constexpr int P = D + 8, kKSteps = D / 16, kRun = Reads::kKRun;
   const int a_row = (lane / 8 % 2) * 8 + lane % 8, a_col = (lane / 16) * 8;
@@ -298,7 +256,7 @@ __device__ __forceinline__ void qk_from_slot(float s[2][4], const uint16_t* q_hi
   for (int t = 0; t < 2; ++t) {
 #pragma unroll
     for (int i = 0; i < Reads::kKReads; ++i) {
-      load_words<kRun < 16 ? kRun : 16>(codes + at.k_code[i] + t * Reads::kPlus8Keys, raw[t] + 4 * i);
+      load_words<kRun < 16 ? kRun : 16>(plane + at.k_code[i] + t * Reads::kPlus8Keys, raw[t] + 4 * i);
     }
   }
   [[maybe_unused]] uint32_t sf[2];  // NVFP4: the run's block scales as an FP16 pair (j < 2, j >= 2)
@@ -306,7 +264,7 @@ __device__ __forceinline__ void qk_from_slot(float s[2][4], const uint16_t* q_hi
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       // The run's first block, and its second at head_dim 128 (the run is 32 values).
-      const uint8_t* scales = scales_at + at.k_scale + t * Reads::kPlus8Scales;
+      const uint8_t* scales = plane + at.k_scale + t * Reads::kPlus8Scales;
       const uint32_t bytes = D == 128 ? *reinterpret_cast<const uint16_t*>(scales) : uint32_t{*scales} * 0x0101u;
       sf[t] = e4m3x2_to_f16x2(bytes);
     }
@@ -343,16 +301,14 @@ __device__ __forceinline__ void qk_from_slot(float s[2][4], const uint16_t* q_hi
   }
 }
 
-// O (D / 8 n-tiles) += P V for one sub-tile, V from a landed slot's 16 rows of codes and (NVFP4)
-// block scales; P is the A fragment as hi and lo (without kLo, P is ph alone). Keys at or past `valid` weigh 0 in P, and
-// their V rows must be finite: FP8 rows there are zeros in the slot (FragFetch's zero-fill);
-// NVFP4 rows are as the page has them, so their block scales are taken as 0 here (an E2M1 code
-// is always finite).
+// O (D / 8 n-tiles) += P V for one sub-tile, V from the landed V plane of a FragSlot; P is the A
+// fragment as hi and lo (without kLo, P is ph alone). Rows past the visible keys are zeros in
+// the slot (FragFetch's zero-fill), so they add nothing.
 template <KvFormat F, int D, bool kLo>
 __device__ __forceinline__ void pv_from_slot(float o[][4], const uint32_t ph[4], const uint32_t pl[4],
-                                             const uint8_t* codes, const uint8_t* scales,
-                                             const FragReads<F, D>& at, int valid, int tig) {
+                                             const uint8_t* plane, const FragReads<F, D>& at) {
   using Reads = FragReads<F, D>;
+  using Slot = typename Reads::Slot;
   constexpr int kRun = Reads::kVRun, kWords = (kRun + 3) / 4;
   static_assert(kRun <= 16, "one read of V's run");
   // Keys of the MMA's k rows: (2 tig, 2 tig + 1) for b0, (2 tig + 8, 2 tig + 9) for b1.
@@ -360,19 +316,14 @@ __device__ __forceinline__ void pv_from_slot(float o[][4], const uint32_t ph[4],
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
 #pragma unroll
-    for (int e = 0; e < 2; ++e) load_words<kRun>(codes + at.v_code[e] + r * Reads::kPlus8Keys, raw[r][e]);
+    for (int e = 0; e < 2; ++e) load_words<kRun>(plane + at.v_code[e] + r * Reads::kPlus8Keys, raw[r][e]);
   }
   [[maybe_unused]] uint32_t sf[2];  // NVFP4: the two keys' block scales as an FP16 pair, per register
   if constexpr (F == KvFormat::kNVFP4) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int plus = r * Reads::kPlus8Scales;
-      uint32_t two = uint32_t{scales[at.v_scale[0] + plus]} | uint32_t{scales[at.v_scale[1] + plus]} << 8;
-      if (valid < kSub) {  // warp-uniform: a page's last keys
-        if (frag_key_row<F>(2 * tig + 8 * r) >= valid) two &= 0xFF00u;
-        if (frag_key_row<F>(2 * tig + 8 * r + 1) >= valid) two &= 0x00FFu;
-      }
-      sf[r] = e4m3x2_to_f16x2(two);
+      const uint8_t* scales = plane + at.v_scale + r * Reads::kPlus8Scales;
+      sf[r] = e4m3x2_to_f16x2(uint32_t{scales[0]} | uint32_t{scales[Slot::kScaleRowBytes]} << 8);
     }
   }
 #pragma unroll

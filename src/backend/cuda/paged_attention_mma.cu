@@ -62,13 +62,11 @@ __device__ __forceinline__ void resolve_block(const AttentionArgs& a, CtaWork w,
 constexpr float kRescaleSlack = 8.0f;
 
 // The online-softmax step of one 16-key sub-tile (S in the MMA's accumulator layout; this lane
-// holds rows grp and grp + 8): masks keys whose slot row (frag_key_row) is at or past `valid`,
-// brings m, l and O up to date, and returns P as the A fragment of P V, hi and lo (16-bit
-// operands, kLo false: ph alone).
-template <KvFormat F, bool kLo, int kNTiles>
+// holds rows grp and grp + 8): masks keys at or past `valid`, brings m, l and O up to date, and
+// returns P as the A fragment of P V, hi and lo (16-bit operands, kLo false: ph alone).
+template <bool kF16, bool kLo, int kNTiles>
 __device__ __forceinline__ void softmax_step(const float s[2][4], int valid, const float kq[2], float m[2],
                                              float l[2], float o[][4], uint32_t ph[4], uint32_t pl[4], int tig) {
-  constexpr bool kF16 = F != KvFormat::kBF16;
   float alpha[2], x[2][4];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -78,7 +76,7 @@ __device__ __forceinline__ void softmax_step(const float s[2][4], int valid, con
   if (valid < kSub) {  // the page's last keys: a warp-uniform branch, taken once a page at most
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      if (frag_key_row<F>((e / 2) * 8 + 2 * tig + e % 2) >= valid) x[0][e] = x[1][e] = neg_inf();
+      if ((e / 2) * 8 + 2 * tig + e % 2 >= valid) x[0][e] = x[1][e] = neg_inf();
     }
   }
 #pragma unroll
@@ -120,9 +118,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
   // the space.
   using Slot = FragSlot<F, D>;
   constexpr int kTileBytes = kSub * P * 2;
-  constexpr bool kBulk = F == KvFormat::kNVFP4;  // rows by bulk copies (BulkSlot), 32 a warp and page
-  constexpr int kRingBytes =
-      kBf16 ? 0 : (kBulk ? BulkSlot<D>::kStages * BulkSlot<D>::kBytes : kRawStages<F> * Slot::kBytes);
+  constexpr int kRingBytes = kBf16 ? 0 : kRawStages<F> * Slot::kBytes;
   constexpr int kWarpBytes = kBf16 ? 2 * kTileBytes : kRingBytes;
   constexpr int kOutBytes = kWarps * kRows * P * 4;
   __shared__ __align__(16) uint16_t q_s[kLo ? 2 : 1][kRows * P];  // Q as hi and lo, or Q
@@ -225,19 +221,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
   const int a_row = (lane / 8 % 2) * 8 + lane % 8, a_col = (lane / 16) * 8;  // Q, and V (trans)
   const int b_row = (lane / 16) * 8 + lane % 8, b_col = (lane / 8 % 2) * 8;  // K
 
-  // NVFP4: each warp's ring slots complete on their own barriers (bulk copies by lane 0), which
-  // live outside work_s (the outputs reuse it) and keep their phases across batches of blocks.
-  __shared__ uint64_t bars_s[kWarps][kBulk ? BulkSlot<D>::kStages : 1];
-  uint32_t phases = 0;  // bit i: the parity of slot i's next phase
-  if constexpr (kBulk) {
-    if (lane == 0) {
-#pragma unroll
-      for (int i = 0; i < BulkSlot<D>::kStages; ++i) mbarrier_init(&bars_s[warp][i]);
-      fence_mbarrier_init();
-    }
-    __syncwarp();
-  }
-
   for (int base = w.first; base < w.last; base += kItemBatch) {
     const int count = min(kItemBatch, w.last - base);
     if (base != w.first) {  // dense layers past kItemBatch blocks: the next batch's pages
@@ -250,8 +233,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
       if (__syncthreads_or(batch_bad) && threadIdx.x == 0) bad_s = 1;
     }
 
-    // BF16 and FP8: this warp's sub-tiles, in order: (item, sub) with key0 = (4 sub + warp) 16 <
-    // keys (an item without a page has no keys).
+    // This warp's sub-tiles, in order: (item, sub) with key0 = (4 sub + warp) 16 < keys (an
+    // item without a page has no keys).
     auto next = [&](int& item, int& sub) {
       do {
         if (++sub == kSubTiles) {
@@ -266,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
       return w.g * kBlockTokens + key0;
     };
     int item = 0, sub = -1;
-    if constexpr (!kBulk) next(item, sub);
+    next(item, sub);
     if constexpr (kBf16) {
       // The next sub-tile's K is issued once this QK is done, V once this P.V is done (commit
       // groups complete in order, so wait_group 1 means "all but the newest").
@@ -305,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
           issue_bf16<D>(k_s, page_s[next_item] + a.k_codes, row0, next_valid, lane);
         }
         uint32_t ph[4], pl[4];
-        softmax_step<F, kLo, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
+        softmax_step<kF16, kLo, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
         if (more) cp_async_wait<1>();
         else cp_async_wait<0>();
         __syncwarp();  // V is in the tile
@@ -329,57 +312,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
         item = next_item;
         sub = next_sub;
       }
-    } else if constexpr (kBulk) {
-      // NVFP4: warp w takes rows [32 w, 32 w + 32) of each page (BulkSlot), one lane's bulk
-      // copies a slot, one slot in flight while the warp computes the other's two sub-tiles.
-      // `pending` holds the copied rows' visible keys (0: none).
-      using Bulk = BulkSlot<D>;
-      __shared__ FragReads<F, D> reads_s[kThreads];  // each lane's reads of a slot, loaded back
-      reads_s[threadIdx.x] = FragReads<F, D>::of(lane);  // every sub-tile (see the FP8 path)
-      const int warp_row = warp * Bulk::kRows;            // within the KV head's 128 rows
-      int page_item = -1;  // the next item whose page has keys in this warp's rows
-      auto next_item = [&] {
-        do ++page_item;
-        while (page_item < count && warp_row >= keys_s[page_item]);
-      };
-      next_item();
-      auto fetch = [&](int into) {
-        int valid = 0;
-        if (page_item < count) {
-          valid = min(Bulk::kRows, keys_s[page_item] - warp_row);
-          Bulk::issue(ring + into * Bulk::kBytes, &bars_s[warp][into], page_s[page_item], a,
-                      w.g * kBlockTokens + warp_row);
-          next_item();
-        }
-        return valid;
-      };
-      static_assert(Bulk::kStages == 2, "the slot refilled is the one not being read");
-      int pending = fetch(0), cur = 0;
-      while (pending > 0) {
-        const int valid = pending;
-        mbarrier_wait(&bars_s[warp][cur], (phases >> cur) & 1u);
-        phases ^= 1u << cur;
-        __syncwarp();  // the copies have landed; every lane has read the other slot
-        pending = fetch(cur ^ 1);
-        const uint8_t* slot = ring + cur * Bulk::kBytes;
-        const FragReads<F, D> reads = reads_s[threadIdx.x];
-#pragma unroll 1
-        for (int h = 0; h * kSub < valid; ++h) {
-          const int sub_valid = min(kSub, valid - h * kSub);
-          float s[2][4] = {};  // n-tile t: keys 8t .. 8t + 7
-          qk_from_slot<F, D, kLo>(s, q_s[0], q_s[kLo ? 1 : 0], Bulk::codes(slot, 0, h), Bulk::scales(slot, 0, h),
-                                  reads, lane);
-          uint32_t ph[4], pl[4];
-          softmax_step<F, kLo, kNTiles>(s, sub_valid, kq, m, l, o, ph, pl, tig);
-          pv_from_slot<F, D, kLo>(o, ph, pl, Bulk::codes(slot, 1, h), Bulk::scales(slot, 1, h), reads, sub_valid,
-                                  tig);
-        }
-        cur ^= 1;
-      }
     } else {
-      // FP8: the fetch cursor runs kRawStages - 1 sub-tiles ahead of the computation, which
-      // needs only each sub-tile's visible keys: `pending` holds them, oldest first (0: none).
-      // Every fetch commits one group (empty past the end), so "all but the newest kRawStages - 2
+      // The fetch cursor runs kRawStages - 1 sub-tiles ahead of the computation, which needs
+      // only each sub-tile's visible keys: `pending` holds them, oldest first (0: none). Every
+      // fetch commits one group (empty past the end), so "all but the newest kRawStages - 2
       // groups" is the oldest pending sub-tile.
       constexpr int kStages = kRawStages<F>;
       // Each lane's fetch plan is read back from shared memory for every sub-tile (one load
@@ -414,11 +350,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
         pending[kStages - 2] = fetch(slot == ring ? ring + (kStages - 1) * Slot::kBytes : slot - Slot::kBytes);
         float s[2][4] = {};  // n-tile t: keys 8t .. 8t + 7
         const FragReads<F, D> reads = reads_s[threadIdx.x];
-        qk_from_slot<F, D, kLo>(s, q_s[0], q_s[kLo ? 1 : 0], slot, slot + Slot::kCodes, reads, lane);
+        qk_from_slot<F, D, kLo>(s, q_s[0], q_s[kLo ? 1 : 0], slot, reads, lane);
         uint32_t ph[4], pl[4];
-        softmax_step<F, kLo, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
-        pv_from_slot<F, D, kLo>(o, ph, pl, slot + Slot::kPlane, slot + Slot::kPlane + Slot::kCodes, reads, valid,
-                                tig);
+        softmax_step<kF16, kLo, kNTiles>(s, valid, kq, m, l, o, ph, pl, tig);
+        pv_from_slot<F, D, kLo>(o, ph, pl, slot + Slot::kPlane, reads);
         slot = slot == ring + (kStages - 1) * Slot::kBytes ? ring : slot + Slot::kBytes;
       }
       cp_async_wait<0>();  // the empty groups past the end

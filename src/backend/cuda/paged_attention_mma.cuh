@@ -118,7 +118,7 @@ __device__ __forceinline__ constexpr int kv_dim(int column) {
 
 // The factor the FP16 tiles leave out of K and V besides the per-layer scale.
 template <KvFormat F>
-constexpr float kTileScale = F == KvFormat::kNVFP4 ? float(1 << kE2m1F16Shift) : 1.0f;
+constexpr float kTileScale = F == KvFormat::kNVFP4 ? 16384.0f : 1.0f;
 
 // Dequantizes one plane (K or V) of a landed raw slot into the warp's tile (see above), for the
 // prefill kernel (the decode kernel reads its operands from the slot, paged_attention_frag.cuh).
