@@ -39,6 +39,17 @@ r = run("generate", "--model", "/no/such/model-dir", "--prompt", "hi")
 check(r.returncode == 2 and "/no/such/model-dir" in r.stderr, "generate names a missing model directory and exits 2")
 r = run("generate", "--prompt", "hi")
 check(r.returncode == 2 and "--model" in r.stderr, "generate without --model exits 2 and names the flag")
+# bench --batch picks sizes the selected sections sweep; anything else is refused before any
+# benchmark runs.
+r = run("bench", "--only", "attention", "--batch", "3")
+check(r.returncode == 2 and "--batch 3" in r.stderr and "attention 1, 8, 32, 128" in r.stderr,
+      "bench --batch refuses a size the section does not sweep and names the sizes")
+r = run("bench", "--only", "cpu", "--batch", "8")
+check(r.returncode == 2 and "none is selected" in r.stderr, "bench --batch with no section that sweeps sizes exits 2")
+r = run("bench", "--batch", "0")
+check(r.returncode == 2 and "--batch" in r.stderr, "bench --batch 0 exits 2")
+r = run("bench", "--only", "attention", "--only", "experts", "--batch", "16", "--batch", "128", "--cpu-only")
+check(r.returncode == 0, "bench --batch takes sizes swept by any selected section")
 r = run("--version")
 check(r.returncode == 0 and "fp4serve" in r.stdout, "--version")
 

@@ -18,7 +18,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from checklist import check, summary  # noqa: E402
 
 # The stand-in cmake: configure does nothing; a build writes kernel tests that pass and an
-# fp4serve whose `bench --json F` writes one timed row of (a.cu's number x b.cuh's number) us.
+# fp4serve whose `bench --json F` writes one timed row of (a.cu's number x b.cuh's number) us,
+# and its arguments to F.args.
 FAKE_CMAKE = r"""#!/usr/bin/env bash
 if [ "$1" != --build ]; then exit 0; fi
 build=$2
@@ -31,6 +32,7 @@ import json, sys
 out = sys.argv[sys.argv.index("--json") + 1]
 row = lambda kernel, ms, gbps: {"device": "fake GPU", "kernel": kernel, "shape": "s", "ms": ms, "gbps": gbps}
 json.dump([row("cudaMemcpy D2D (ceiling)", 1.0, 3000.0), row("kernel k", $us / 1000.0, 1.0)], open(out, "w"))
+open(out + ".args", "w").write(" ".join(sys.argv[1:]))
 EOF
 chmod +x "$build/tests/kernels/kernel_tests" "$build/tools/fp4serve/fp4serve"
 """
@@ -96,11 +98,15 @@ def main():
 
         single = os.path.join(root, "v", "five.cu")
         write(single, "5\n")  # one file: a copy is a variant too (5 x 2 = 10 us)
-        run = subprocess.run(tool + ["src/x/a.cu", "v/five.cu"], capture_output=True, text=True, env=env, cwd=root)
+        run = subprocess.run(tool + ["src/x/a.cu", "v/five.cu"], capture_output=True, text=True,
+                             env=dict(env, BENCH_BATCH="32,128"), cwd=root)
         row = next((l for l in run.stdout.splitlines() if l.startswith("kernel k")), "")
         check(run.returncode == 0 and row.split()[3:] == ["40.0", "10.0", "0.250"],
               f"one file and a variant copy of it: 40 and 10 us (got {run.returncode}, {row!r})")
         check(read(a) == "20", "the single file is put back")
+        args = read(os.path.join(root, "out", "bench-five.json.args"))
+        check(args.startswith("bench --only attention --batch 32 --batch 128 --json"),
+              f"BENCH_BATCH's sizes reach fp4serve bench as --batch (got {args!r})")
     return summary("gpu_variants")
 
 

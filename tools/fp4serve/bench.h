@@ -30,7 +30,34 @@ struct Options {
   bool runs(const std::string& section) const {
     return only.empty() || std::find(only.begin(), only.end(), section) != only.end();
   }
+  // Decode batch sizes to run in the sections that sweep them (kBatchSweeps); empty runs each
+  // section's every size. A profiler or a quick comparison then times one shape, not the table.
+  std::vector<int64_t> batches;
+  bool runs_batch(int64_t batch) const {
+    return batches.empty() || std::find(batches.begin(), batches.end(), batch) != batches.end();
+  }
 };
+
+// The sections that sweep decode batch sizes, and their sizes: --batch picks among them.
+struct BatchSweep {
+  std::string section;
+  std::vector<int64_t> batches;
+};
+inline const std::vector<BatchSweep> kBatchSweeps = {{"attention", {1, 8, 32, 128}},
+                                                    {"indexer", {1, 8, 32, 128}},
+                                                    {"experts", {1, 16, 64, 256}},
+                                                    {"model", {1, 16, 64}}};
+inline const std::vector<int64_t>& batch_sweep(const std::string& section) {
+  for (const BatchSweep& s : kBatchSweeps) {
+    if (s.section == section) return s.batches;
+  }
+  static const std::vector<int64_t> none;
+  return none;
+}
+
+// Why --batch asks for nothing the selected sections run ("" when it is fine): a size that no
+// selected section sweeps, or --batch with no selected section that sweeps sizes.
+std::string check_batches(const Options& options);
 
 // The sections of `fp4serve bench`, for --only: the CPU codecs, then the GPU's.
 inline const std::vector<std::string> kBenchSections = {"cpu",     "quantize",      "attention", "prefill", "indexer",

@@ -15,11 +15,11 @@ namespace fp4::bench {
 // Row bytes are the K/V bytes the launch must read: for every (token, KV head, selected block),
 // that head's K and V rows (codes and block scales) of the block's visible tokens. `copy_gbps`
 // is the device copy bandwidth measured in the same run (the rows' ceiling).
-std::vector<Row> bench_paged_attention(const std::string& device, double copy_gbps, int reps);
+std::vector<Row> bench_paged_attention(const std::string& device, double copy_gbps, const Options& options);
 
 // The same for one kernel: "auto" (what the engine gets), "tensor-core" (BF16, FP8 and NVFP4
 // pages only) or "cuda-core"; the kernel is named in the rows.
-std::vector<Row> bench_paged_attention(const std::string& device, double copy_gbps, int reps,
+std::vector<Row> bench_paged_attention(const std::string& device, double copy_gbps, const Options& options,
                                        const std::string& kernel);
 
 // Prefill attention (section "prefill"): a 4K-token chunk of one sequence, dense over a 4K or

@@ -166,7 +166,7 @@ std::vector<Row> run_one(const std::string& device, double copy_gbps, int reps, 
 
 }  // namespace
 
-std::vector<Row> bench_paged_attention(const std::string& device, double copy_gbps, int reps,
+std::vector<Row> bench_paged_attention(const std::string& device, double copy_gbps, const Options& options,
                                        const std::string& kernel) {
   cuda::AttentionKernelChoice choice = cuda::AttentionKernelChoice::kAuto;
   if (kernel == "tensor-core") choice = cuda::AttentionKernelChoice::kTensorCore;
@@ -177,8 +177,9 @@ std::vector<Row> bench_paged_attention(const std::string& device, double copy_gb
   for (PageDType dtype : {PageDType::kNVFP4, PageDType::kFP8, PageDType::kBF16, PageDType::kFP32}) {
     if (dtype == PageDType::kFP32 && choice == cuda::AttentionKernelChoice::kTensorCore) continue;
     for (AttentionOperands operands : {AttentionOperands::kFP32, AttentionOperands::k16Bit}) {
-      for (int64_t batch : {1, 8, 32, 128}) {
-        for (Row& row : run_one(device, copy_gbps, reps, dtype, batch, operands, choice, kernel, l2)) {
+      for (int64_t batch : batch_sweep("attention")) {
+        if (!options.runs_batch(batch)) continue;
+        for (Row& row : run_one(device, copy_gbps, options.reps, dtype, batch, operands, choice, kernel, l2)) {
           if (!row.validated) fail_internal("{} ({}) disagrees with the CPU reference", row.kernel, row.shape);
           rows.push_back(std::move(row));
         }
@@ -188,8 +189,8 @@ std::vector<Row> bench_paged_attention(const std::string& device, double copy_gb
   return rows;
 }
 
-std::vector<Row> bench_paged_attention(const std::string& device, double copy_gbps, int reps) {
-  return bench_paged_attention(device, copy_gbps, reps, "auto");
+std::vector<Row> bench_paged_attention(const std::string& device, double copy_gbps, const Options& options) {
+  return bench_paged_attention(device, copy_gbps, options, "auto");
 }
 
 }  // namespace fp4::bench

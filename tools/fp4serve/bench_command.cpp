@@ -3,6 +3,7 @@
 // one of its configurations (the "validated" column), and every GPU row is shown as a fraction
 // of the device-to-device copy bandwidth measured in that run.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -60,6 +61,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--cpu-only", *cpu_only, "Skip the GPU benchmarks");
   sub->add_option("--only", options->only, "Run only these sections (repeatable)")
       ->check(CLI::IsMember(bench::kBenchSections));
+  sub->add_option("--batch", options->batches,
+                  "Run only these decode batch sizes in the sections that sweep them (repeatable): "
+                  "attention and indexer 1, 8, 32, 128; experts 1, 16, 64, 256; model 1, 16, 64")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--json", *json_path, "Also write the rows to this JSON file");
   CLI::App* serve = add_bench_serve_command(*sub, exit_code);
   CLI::App* capacity = add_bench_capacity_command(*sub, exit_code);
@@ -67,6 +72,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     // CLI11 runs this callback after the subcommands' too: the kernels are benchmarked only when
     // no subcommand was given.
     if (serve->parsed() || capacity->parsed()) return;
+    if (const std::string why = bench::check_batches(*options); !why.empty()) {
+      fmt::print(stderr, "fp4serve bench: {}\n", why);
+      exit_code = 2;
+      return;
+    }
     std::vector<bench::Row> rows;
     if (options->runs("cpu")) rows = bench::run_cpu_benchmarks(*options);
     const bool gpu_sections = std::any_of(bench::kBenchSections.begin() + 1, bench::kBenchSections.end(),
@@ -84,3 +94,25 @@ void add_bench_command(CLI::App& app, int& exit_code) {
 }
 
 }  // namespace fp4::cli
+
+namespace fp4::bench {
+
+std::string check_batches(const Options& options) {
+  if (options.batches.empty()) return "";
+  std::vector<std::string> swept;  // the selected sections that sweep batch sizes, with their sizes
+  std::vector<int64_t> sizes;
+  for (const BatchSweep& s : kBatchSweeps) {
+    if (!options.runs(s.section)) continue;
+    swept.push_back(fmt::format("{} {}", s.section, fmt::join(s.batches, ", ")));
+    sizes.insert(sizes.end(), s.batches.begin(), s.batches.end());
+  }
+  if (swept.empty()) return "--batch applies to the attention, indexer, experts and model sections, and none is selected";
+  for (int64_t b : options.batches) {
+    if (std::find(sizes.begin(), sizes.end(), b) == sizes.end()) {
+      return fmt::format("--batch {} is not a batch size of the selected sections ({})", b, fmt::join(swept, "; "));
+    }
+  }
+  return "";
+}
+
+}  // namespace fp4::bench

@@ -105,14 +105,14 @@ std::vector<Row> run_gpu_benchmarks(const Options& options, std::string& why) {
   auto append = [&](std::vector<Row> more) {
     for (Row& r : more) rows.push_back(std::move(r));
   };
-  if (options.runs("attention")) append(bench_paged_attention(device, copy_gbps, options.reps));
+  if (options.runs("attention")) append(bench_paged_attention(device, copy_gbps, options));
   if (options.runs("prefill")) append(bench_prefill_attention(device, copy_gbps, options.reps));
-  if (options.runs("indexer")) append(bench_indexer(device, copy_gbps, options.reps));
+  if (options.runs("indexer")) append(bench_indexer(device, copy_gbps, options));
   if (options.runs("page-read")) append(bench_page_read(device, copy_gbps, options.reps));
   if (options.runs("pre-attention")) append(bench_pre_attention(device, copy_gbps, options.reps));
-  if (options.runs("experts")) append(bench_expert_gemm(device, copy_gbps, options.reps));
+  if (options.runs("experts")) append(bench_expert_gemm(device, copy_gbps, options));
   if (options.runs("projections")) append(bench_projections(device, copy_gbps, options.reps));
-  if (options.runs("model")) append(bench_model_decode(device, copy_gbps, options.reps));
+  if (options.runs("model")) append(bench_model_decode(device, copy_gbps, options));
   return rows;
 }
 

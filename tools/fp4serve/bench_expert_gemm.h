@@ -14,6 +14,6 @@ namespace fp4::bench {
 // [6144, 3072]) and batch. `bytes` counts the active experts' weights (codes and block scales)
 // plus the activations read and the outputs written. One launch per matmul is checked against
 // the CPU reference (a mismatch throws fp4::InternalError).
-std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, int reps);
+std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, const Options& options);
 
 }  // namespace fp4::bench

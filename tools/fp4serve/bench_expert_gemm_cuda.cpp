@@ -92,7 +92,8 @@ void bf16_experts(cublasHandle_t h, const std::vector<int32_t>& offsets, const u
 
 }  // namespace
 
-std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, int reps) {
+std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, const Options& options) {
+  const int reps = options.reps;
   std::vector<Row> rows;
   std::mt19937_64 rng(0xE4E7);
   std::uniform_int_distribution<int> byte(0, 255), scale_code(0x20, 0x48);
@@ -163,7 +164,8 @@ std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, 
     // BF16 weights of every expert (values do not change the timing: 0x3C3C is 0.0115).
     cuda::DeviceBuffer d_bf16(static_cast<size_t>(kExperts * m.n * m.k * 2));
     d_bf16.fill(0x3C);
-    for (int64_t batch : {1, 16, 64, 256}) {
+    for (int64_t batch : batch_sweep("experts")) {
+      if (!options.runs_batch(batch)) continue;
       const auto offsets = route(batch, kExperts, rng);
       const int64_t n_rows = offsets.back();
       int64_t active = 0;

@@ -15,6 +15,6 @@ namespace fp4::bench {
 // the queries and the selections; `copy_gbps` is the ceiling measured in the same run. One
 // configuration per format is checked against the CPU reference (a mismatch throws
 // fp4::InternalError).
-std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int reps);
+std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, const Options& options);
 
 }  // namespace fp4::bench

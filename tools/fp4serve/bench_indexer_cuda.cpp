@@ -25,7 +25,6 @@ using kvcache::PageDType;
 
 constexpr int64_t kHeads = 4, kDim = 128, kTopk = 16;
 constexpr int64_t kDistinctPages = 64;
-constexpr int64_t kBatches[] = {1, 8, 32, 128};
 constexpr int64_t kContexts[] = {8 * 1024, 32 * 1024, 128 * 1024, 256 * 1024};
 constexpr int64_t kCheckedBatch = 8, kCheckedContext = 8 * 1024;
 // The graph rows replay at least kGraphCalls calls, and enough block-table variants that a call
@@ -98,18 +97,24 @@ double graph_ms_per_call(const IndexerTopkParams& p, const std::vector<cuda::Dev
 
 }  // namespace
 
-std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int reps) {
+std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, const Options& options) {
+  const int reps = options.reps;
   std::vector<Row> rows;
   std::mt19937_64 rng(0x1DE7);
-  const int64_t max_pages = kBatches[std::size(kBatches) - 1] * kContexts[std::size(kContexts) - 1] / kvcache::kPageTokens;
+  const std::vector<int64_t>& batches = batch_sweep("indexer");
+  const int64_t max_pages = batches.back() * kContexts[std::size(kContexts) - 1] / kvcache::kPageTokens;
   const auto l2 = static_cast<int64_t>(cuda::device_info(0).l2_bytes);
   for (PageDType dtype : {PageDType::kBF16, PageDType::kFP8, PageDType::kNVFP4}) {
     const kvcache::PageLayout layout = kvcache::index_page_layout(dtype, kDim);
     const float scale = dtype == PageDType::kFP8 ? 1.0f / 64 : 1.0f;
     const cuda::DeviceBuffer pool = make_pool(layout, scale, max_pages, rng);
     const int64_t row_bytes = layout.code_row_bytes + layout.scale_row_bytes;
-    for (int64_t batch : kBatches) {
+    for (int64_t batch : batches) {
       for (int64_t context : kContexts) {
+        // The checked shape runs its CPU check even when --batch leaves it out of the table.
+        const bool checked = batch == kCheckedBatch && context == kCheckedContext;
+        const bool timed = options.runs_batch(batch);
+        if (!timed && !checked) continue;
         const int64_t blocks = context / layout.page_tokens;
         std::vector<int32_t> tables(batch * blocks), positions(batch, static_cast<int32_t>(context - 1)), seqs(batch);
         std::iota(tables.begin(), tables.end(), 0);
@@ -137,13 +142,13 @@ std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int 
                             .init_blocks = 0, .local_blocks = 1, .selected = d_selected.as<int32_t>()};
         const cuda::DeviceBuffer workspace(cuda::indexer_topk_workspace_bytes(p));
         for (const Way& way : ways(dtype)) {
-          const cuda::IndexerTopkOptions options{.math = way.math};
+          const cuda::IndexerTopkOptions way_options{.math = way.math};
           const bool tensor_cores = way.math != cuda::IndexerMath::kExact;
           p.query_format = way.query;
-          auto run = [&](cudaStream_t s) { cuda::indexer_topk(p, workspace.data(), workspace.bytes(), s, options); };
+          auto run = [&](cudaStream_t s) { cuda::indexer_topk(p, workspace.data(), workspace.bytes(), s, way_options); };
 
           bool validated = false;
-          if (batch == kCheckedBatch && context == kCheckedContext) {
+          if (checked) {
             // The CPU reference on the same pages: the step uses pages 0 .. batch * blocks - 1.
             std::vector<uint8_t> host_pool(static_cast<size_t>(batch * blocks * layout.page_bytes));
             pool.download(host_pool.data(), host_pool.size());
@@ -171,6 +176,7 @@ std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int 
                             kHeads * batch, batch, context);
             validated = true;
           }
+          if (!timed) continue;
           const double ms = cuda::median_ms(run, 3, reps);
           const double bytes = double(batch * context * row_bytes) + double(q.size() * sizeof(float)) +
                                double(kHeads * batch * kTopk * sizeof(int32_t));
@@ -178,7 +184,7 @@ std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, int 
           const std::string shape = fmt::format("batch {} x {}K", batch, context / 1024);
           rows.push_back({device, name, shape, bytes, ms, copy_gbps, validated});
           if (way.math == cuda::IndexerMath::kTensorCores && way.query == IndexQueryFormat::kFP32) {
-            const double graph_ms = graph_ms_per_call(p, table_variants, workspace, options, reps);
+            const double graph_ms = graph_ms_per_call(p, table_variants, workspace, way_options, reps);
             rows.push_back({device, name + " (graph)", shape, bytes, graph_ms, copy_gbps, validated});
           }
         }

@@ -10,6 +10,6 @@
 
 namespace fp4::bench {
 
-std::vector<Row> bench_model_decode(const std::string& device, double copy_gbps, int reps);
+std::vector<Row> bench_model_decode(const std::string& device, double copy_gbps, const Options& options);
 
 }  // namespace fp4::bench

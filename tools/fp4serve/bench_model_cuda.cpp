@@ -185,7 +185,8 @@ double layer_bytes(const model::ModelConfig& c, kvcache::PageDType dtype, int64_
 
 }  // namespace
 
-std::vector<Row> bench_model_decode(const std::string& device, double copy_gbps, int reps) {
+std::vector<Row> bench_model_decode(const std::string& device, double copy_gbps, const Options& options) {
+  const int reps = options.reps;
   cuda::CudaBackend gpu;
   Filler filler(0x4D33);
   Bench one{m31_flash_layers(1), {}, nullptr}, three{m31_flash_layers(3), {}, nullptr};
@@ -196,7 +197,8 @@ std::vector<Row> bench_model_decode(const std::string& device, double copy_gbps,
   std::vector<Row> rows;
   const int timed = std::max(3, reps / 2);
   for (kvcache::PageDType dtype : {kvcache::PageDType::kNVFP4, kvcache::PageDType::kFP8, kvcache::PageDType::kBF16}) {
-    for (int64_t batch : {1, 16, 64}) {
+    for (int64_t batch : batch_sweep("model")) {
+      if (!options.runs_batch(batch)) continue;
       for (int64_t context : {8192, 65536, 262144}) {
         const double t1 = step_ms(one, gpu, dtype, batch, context, timed);
         const double t3 = step_ms(three, gpu, dtype, batch, context, timed);
