@@ -61,9 +61,13 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--cpu-only", *cpu_only, "Skip the GPU benchmarks");
   sub->add_option("--only", options->only, "Run only these sections (repeatable)")
       ->check(CLI::IsMember(bench::kBenchSections));
+  std::vector<std::string> sweeps;
+  for (const bench::BatchSweep& s : bench::kBatchSweeps) {
+    sweeps.push_back(fmt::format("{} {}", s.section, fmt::join(s.batches, ", ")));
+  }
   sub->add_option("--batch", options->batches,
-                  "Run only these decode batch sizes in the sections that sweep them (repeatable): "
-                  "attention and indexer 1, 8, 32, 128; experts 1, 16, 64, 256; model 1, 16, 64")
+                  fmt::format("Run only these decode batch sizes in the sections that sweep them (repeatable): {}",
+                              fmt::join(sweeps, "; ")))
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--json", *json_path, "Also write the rows to this JSON file");
   CLI::App* serve = add_bench_serve_command(*sub, exit_code);
