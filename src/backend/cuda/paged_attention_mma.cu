@@ -385,22 +385,38 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < kRows * D; i += kThreads) {
-    const int h = i / D, d = i % D;
-    if (h >= a.group) break;  // padding rows
+  // A row's four weights and its end (the output scale, the log-sum-exp) depend on the row only:
+  // one thread a row works them out once, instead of every thread for each of its D / 8 outputs
+  // of that row (at one token, where a warp runs alone on its scheduler, that loop was a sixth
+  // of the kernel's instructions). The same operations in the same order as before.
+  __shared__ float weight_s[kRows][kWarps], scale_s[kRows];
+  if (threadIdx.x < a.group) {
+    const int h = threadIdx.x;
     float top = neg_inf();
 #pragma unroll
     for (int v = 0; v < kWarps; ++v) top = fmaxf(top, ml_s[v][h][0]);
-    float sum = 0.0f, acc = 0.0f;
+    float sum = 0.0f;
 #pragma unroll
     for (int v = 0; v < kWarps; ++v) {
       const float f = weight(ml_s[v][h][0], top);
+      weight_s[h][v] = f;
       sum = fmaf(ml_s[v][h][1], f, sum);
-      acc = fmaf(o_s[(v * kRows + h) * P + d], f, acc);
     }
     const RowEnd end = row_end(a, w, top, sum, a.v_scale * kTileScale<F>);
-    out_ptr(a, w, h)[kBf16 ? d : pv_dim<F, D>(d)] = acc * end.scale;
-    if (d == 0) store_lse(a, w, h, end.lse);
+    scale_s[h] = end.scale;
+    store_lse(a, w, h, end.lse);
+  }
+  __syncthreads();
+  // Thread i writes output column i % D of rows i / D, i / D + kThreads / D, ...: its dimension
+  // (pv_dim) and the group's first row are worked out once. Rows of a group are D apart.
+  static_assert(kThreads % D == 0, "a thread keeps one column");
+  const int d = threadIdx.x % D, dim = kBf16 ? d : pv_dim<F, D>(d);
+  float* const out = out_ptr(a, w, 0) + dim;
+  for (int h = threadIdx.x / D; h < a.group; h += kThreads / D) {  // padding rows are not written
+    float acc = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kWarps; ++v) acc = fmaf(o_s[(v * kRows + h) * P + d], weight_s[h][v], acc);
+    out[h * D] = acc * scale_s[h];
   }
 }
 
