@@ -387,8 +387,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
   __syncthreads();
   // A row's four weights and its end (the output scale, the log-sum-exp) depend on the row only:
   // one thread a row works them out once, instead of every thread for each of its D / 8 outputs
-  // of that row (at one token, where a warp runs alone on its scheduler, that loop was a sixth
-  // of the kernel's instructions). The same operations in the same order as before.
+  // of that row (at one token, where a warp runs alone on its scheduler, that loop was about a
+  // third of a warp's instructions). The same operations in the same order as before.
   __shared__ float weight_s[kRows][kWarps], scale_s[kRows];
   if (threadIdx.x < a.group) {
     const int h = threadIdx.x;
