@@ -236,39 +236,63 @@ __global__ void __launch_bounds__(kThreads) attention_cuda_core(const AttentionA
   }
 }
 
-// out = sum_s 2^(lse_s - max) O_s / sum_s 2^(lse_s - max), one 4-dim quad per thread. Splits
-// with lse = -inf (no key) are skipped; a NaN lse (invalid index) makes the row NaN. Launched
-// as a programmatic dependent of the attention kernel, so its launch overlaps that kernel's
-// last CTAs; it waits for their partial outputs before reading any.
-__global__ void __launch_bounds__(256) merge_splits(const AttentionArgs a) {
+// out = sum_s 2^(lse_s - max) O_s / sum_s 2^(lse_s - max), one warp per output row (token, query
+// head). The lanes read the splits' lse side by side and agree on their maximum by shuffles;
+// then each lane sums its 4-dim quads of the row over the splits in split order, four splits'
+// loads issued before any is used. (A thread per quad, looping over the splits, waited on one
+// load at a time: two round trips a split, about 5 us at 4-8 splits.) Splits with lse = -inf
+// (no key) are skipped; a NaN lse (invalid index) makes the row NaN. Launched as a programmatic
+// dependent of the attention kernel, so its launch overlaps that kernel's last CTAs; it waits
+// for their partial outputs before reading any.
+constexpr int kMergeThreads = 256, kMergeRows = kMergeThreads / 32;
+
+__global__ void __launch_bounds__(kMergeThreads) merge_splits(const AttentionArgs a) {
   wait_for_prerequisite_grid();
-  const int quads = a.head_dim / 4;
   const int64_t rows = int64_t{a.tokens} * a.q_heads;
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= rows * quads) return;
-  const int64_t row = i / quads;
+  const int64_t row = int64_t{blockIdx.x} * kMergeRows + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;  // the whole warp
   float top = neg_inf();
   bool nan = false;
-  for (int s = 0; s < a.splits; ++s) {
+  for (int s = lane; s < a.splits; s += 32) {
     const float lse = a.partial_lse[s * rows + row];
     nan |= isnan(lse);
     top = fmaxf(top, lse);
   }
-  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  float sum = 0.0f;
-  for (int s = 0; s < a.splits; ++s) {
-    const float lse = a.partial_lse[s * rows + row];
-    if (lse == neg_inf()) continue;
-    const float wgt = exp2f(lse - top);
-    const float4 p = reinterpret_cast<const float4*>(a.partial_out)[s * rows * quads + i];
-    sum += wgt;
-    o.x = fmaf(wgt, p.x, o.x);
-    o.y = fmaf(wgt, p.y, o.y);
-    o.z = fmaf(wgt, p.z, o.z);
-    o.w = fmaf(wgt, p.w, o.w);
+  top = warp_max(top);
+  nan = __any_sync(0xffffffffu, nan);
+  const int quads = a.head_dim / 4;
+  const float* lse_of = a.partial_lse + row;                                          // split s: s * rows further
+  const float4* part = reinterpret_cast<const float4*>(a.partial_out) + row * quads;  // s * rows * quads further
+  for (int q = lane; q < quads; q += 32) {
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float sum = 0.0f;
+    auto add = [&](float lse, const float4& p) {
+      if (lse == neg_inf()) return;
+      const float wgt = exp2f(lse - top);
+      sum += wgt;
+      o.x = fmaf(wgt, p.x, o.x);
+      o.y = fmaf(wgt, p.y, o.y);
+      o.z = fmaf(wgt, p.z, o.z);
+      o.w = fmaf(wgt, p.w, o.w);
+    };
+    constexpr int kInFlight = 4;
+    int s = 0;
+    for (; s + kInFlight <= a.splits; s += kInFlight) {
+      float lse[kInFlight];
+      float4 p[kInFlight];
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k) {
+        lse[k] = lse_of[(s + k) * rows];
+        p[k] = part[(s + k) * rows * quads + q];
+      }
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k) add(lse[k], p[k]);
+    }
+    for (; s < a.splits; ++s) add(lse_of[s * rows], part[s * rows * quads + q]);
+    const float inv = nan ? nan_f32() : 1.0f / sum;  // no split with a key: 0 * inf = NaN, as on the CPU
+    reinterpret_cast<float4*>(a.out)[row * quads + q] = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
   }
-  const float inv = nan ? nan_f32() : 1.0f / sum;  // no split with a key: 0 * inf = NaN, as on the CPU
-  reinterpret_cast<float4*>(a.out)[i] = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
 }
 
 template <KvFormat F, int D, int GP>
@@ -340,8 +364,9 @@ cudaError_t launch_paged_attention(const AttentionArgs& a, AttentionKernel kerne
                                  ? launch_attention_tensor_core(a, stream)
                                  : launch_attention_cuda_core(a, stream);
   if (status != cudaSuccess || a.splits == 1) return status;
-  const int64_t quads = int64_t{a.tokens} * a.q_heads * (a.head_dim / 4);
-  return launch_dependent(merge_splits, dim3(static_cast<unsigned>((quads + 255) / 256)), dim3(256), 0, stream, a);
+  const int64_t rows = int64_t{a.tokens} * a.q_heads;
+  return launch_dependent(merge_splits, dim3(static_cast<unsigned>((rows + kMergeRows - 1) / kMergeRows)),
+                          dim3(kMergeThreads), 0, stream, a);
 }
 
 }  // namespace fp4::cuda::detail
