@@ -50,6 +50,14 @@ r = run("bench", "--batch", "0")
 check(r.returncode == 2 and "--batch" in r.stderr, "bench --batch 0 exits 2")
 r = run("bench", "--only", "attention", "--only", "experts", "--batch", "16", "--batch", "128", "--cpu-only")
 check(r.returncode == 0, "bench --batch takes sizes swept by any selected section")
+# bench --attention-splits forces the sparse attention's split count, so it needs that section.
+r = run("bench", "--only", "indexer", "--attention-splits", "4")
+check(r.returncode == 2 and "--attention-splits" in r.stderr and "attention section" in r.stderr,
+      "bench --attention-splits without the attention section exits 2")
+r = run("bench", "--only", "attention", "--attention-splits", "17")
+check(r.returncode != 0 and "--attention-splits" in r.stderr, "bench --attention-splits past 16 is refused")
+r = run("bench", "--only", "attention", "--attention-splits", "16", "--batch", "1", "--cpu-only")
+check(r.returncode == 0, "bench --attention-splits takes 1-16 with the attention section")
 r = run("--version")
 check(r.returncode == 0 and "fp4serve" in r.stdout, "--version")
 

@@ -233,7 +233,14 @@ void run_case(const Case& c, std::mt19937_64& rng, const Step& step = kDecodeSte
     if (options == nullptr) {
       cuda::paged_attention(pd, nullptr);
     } else {
-      cuda::DeviceBuffer workspace(std::max<size_t>(cuda::paged_attention_workspace_bytes(pd, *options), 16));
+      const size_t workspace_bytes = cuda::paged_attention_workspace_bytes(pd, *options);
+      // The split count the launch takes: a forced count at most as asked (capped at the blocks
+      // or selection slots), and a workspace exactly when it splits.
+      const int splits = cuda::paged_attention_splits(pd, *options);
+      EXPECT_GE(splits, 1);
+      if (options->splits > 0) EXPECT_LE(splits, options->splits);
+      EXPECT_EQ(splits > 1, workspace_bytes > 0);
+      cuda::DeviceBuffer workspace(std::max<size_t>(workspace_bytes, 16));
       workspace.fill(0xFF);
       cuda::paged_attention(pd, workspace.data(), workspace.bytes(), nullptr, *options);
       FP4_CUDA_CHECK(cudaDeviceSynchronize());  // before the workspace is freed
@@ -453,6 +460,7 @@ TEST(PagedAttentionLauncher, RefusesShapesAndArgumentsTheKernelsDoNotTake) {
   auto refused = [&](const PagedAttentionParams& p, const cuda::PagedAttentionOptions& options = {}) {
     EXPECT_THROW(cuda::paged_attention(p, nullptr, 0, nullptr, options), Error);
     EXPECT_THROW((void)cuda::paged_attention_workspace_bytes(p, options), Error);
+    EXPECT_THROW((void)cuda::paged_attention_splits(p, options), Error);
   };
   const auto dim48 = kvcache::kv_page_layout(PageDType::kBF16, 2, 48);
   refused(params(dim48, 4));                                 // head_dim 48

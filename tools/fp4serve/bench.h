@@ -36,6 +36,9 @@ struct Options {
   bool runs_batch(int64_t batch) const {
     return batches.empty() || std::find(batches.begin(), batches.end(), batch) != batches.end();
   }
+  // The sparse decode attention's split count, forced (0: the split plan's own choice), so that
+  // the plan's cost model can be checked against the counts it did not pick.
+  int attention_splits = 0;
 };
 
 // The sections that sweep decode batch sizes, and their sizes: --batch picks among them.
@@ -55,9 +58,10 @@ inline const std::vector<int64_t>& batch_sweep(const std::string& section) {
   return none;
 }
 
-// Why --batch asks for nothing the selected sections run ("" when it is fine): a size that no
-// selected section sweeps, or --batch with no selected section that sweeps sizes.
-std::string check_batches(const Options& options);
+// Why the options ask for something the selected sections do not run ("" when they are fine):
+// a --batch size that no selected section sweeps, --batch with no selected section that sweeps
+// sizes, or --attention-splits without the attention section.
+std::string check_options(const Options& options);
 
 // The sections of `fp4serve bench`, for --only: the CPU codecs, then the GPU's.
 inline const std::vector<std::string> kBenchSections = {"cpu",     "quantize",      "attention", "prefill", "indexer",

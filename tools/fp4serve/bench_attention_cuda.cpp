@@ -36,9 +36,11 @@ constexpr int64_t kGraphCalls = 8;
 // a CUDA graph that replays calls back to back, as a captured decode step runs its layers (no
 // host work or launch gap between them). The graph's calls rotate over all the pool's copies,
 // so each still reads its pages from HBM.
+// splits: forced (0: the split plan's); a forced count names its rows with the count the launch
+// takes.
 std::vector<Row> run_one(const std::string& device, double copy_gbps, int reps, PageDType dtype, int64_t batch,
             AttentionOperands operands, cuda::AttentionKernelChoice kernel, const std::string& kernel_name,
-            size_t l2_bytes) {
+            int splits, size_t l2_bytes) {
   const auto layout = kvcache::kv_page_layout(dtype, kKvHeads, kDim);
   std::mt19937_64 rng(0xA77E + 16 * batch + static_cast<int>(dtype));
   const int32_t pos = static_cast<int32_t>(kContext - 1);
@@ -120,7 +122,7 @@ std::vector<Row> run_one(const std::string& device, double copy_gbps, int reps, 
     pd.selected = d_sel.as<int32_t>();
     launches.push_back(pd);
   }
-  const cuda::PagedAttentionOptions options{kernel, 0};
+  const cuda::PagedAttentionOptions options{kernel, splits};
   cuda::DeviceBuffer workspace(std::max<size_t>(cuda::paged_attention_workspace_bytes(launches[0], options), 16));
 
   d_out.fill(0xFF);
@@ -160,7 +162,8 @@ std::vector<Row> run_one(const std::string& device, double copy_gbps, int reps, 
           },
           3, reps) /
       static_cast<double>(calls);
-  const std::string shape = fmt::format("b{} 64/4x128 top16 of 256K", batch);
+  std::string shape = fmt::format("b{} 64/4x128 top16 of 256K", batch);
+  if (splits > 0) shape += fmt::format(", {} splits", cuda::paged_attention_splits(launches[0], options));
   return {{device, name, shape, bytes, ms, copy_gbps, ok}, {device, name + " (graph)", shape, bytes, graph_ms, copy_gbps, ok}};
 }
 
@@ -179,7 +182,8 @@ std::vector<Row> bench_paged_attention(const std::string& device, double copy_gb
     for (AttentionOperands operands : {AttentionOperands::kFP32, AttentionOperands::k16Bit}) {
       for (int64_t batch : batch_sweep("attention")) {
         if (!options.runs_batch(batch)) continue;
-        for (Row& row : run_one(device, copy_gbps, options.reps, dtype, batch, operands, choice, kernel, l2)) {
+        for (Row& row : run_one(device, copy_gbps, options.reps, dtype, batch, operands, choice, kernel,
+                                   options.attention_splits, l2)) {
           if (!row.validated) fail_internal("{} ({}) disagrees with the CPU reference", row.kernel, row.shape);
           rows.push_back(std::move(row));
         }

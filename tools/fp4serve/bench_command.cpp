@@ -69,6 +69,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   fmt::format("Run only these decode batch sizes in the sections that sweep them (repeatable): {}",
                               fmt::join(sweeps, "; ")))
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sub->add_option("--attention-splits", options->attention_splits,
+                  "Force the sparse decode attention's split count (0: the split plan's; clamped to the 16 "
+                  "selected pages); its rows are named with the count")
+      ->capture_default_str()->check(CLI::Range(0, 16));
   sub->add_option("--json", *json_path, "Also write the rows to this JSON file");
   CLI::App* serve = add_bench_serve_command(*sub, exit_code);
   CLI::App* capacity = add_bench_capacity_command(*sub, exit_code);
@@ -76,7 +80,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     // CLI11 runs this callback after the subcommands' too: the kernels are benchmarked only when
     // no subcommand was given.
     if (serve->parsed() || capacity->parsed()) return;
-    if (const std::string why = bench::check_batches(*options); !why.empty()) {
+    if (const std::string why = bench::check_options(*options); !why.empty()) {
       fmt::print(stderr, "fp4serve bench: {}\n", why);
       exit_code = 2;
       return;
@@ -101,7 +105,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
 
 namespace fp4::bench {
 
-std::string check_batches(const Options& options) {
+std::string check_options(const Options& options) {
+  if (options.attention_splits > 0 && !options.runs("attention")) {
+    return "--attention-splits applies to the attention section, which is not selected";
+  }
   if (options.batches.empty()) return "";
   std::vector<std::string> swept;  // the selected sections that sweep batch sizes, with their sizes
   std::vector<int64_t> sizes;

@@ -259,6 +259,13 @@ size_t paged_attention_workspace_bytes(const PagedAttentionParams& p,
   return workspace_bytes(p, plan_splits(p, options, make_args(p), kernel));
 }
 
+int paged_attention_splits(const PagedAttentionParams& p, const PagedAttentionOptions& options) {
+  check_params(p);
+  const detail::AttentionKernel kernel = resolve(options, p);
+  if (p.ctx.tokens == 0) return 1;
+  return plan_splits(p, options, make_args(p), kernel).splits;
+}
+
 void paged_attention(const PagedAttentionParams& p, void* workspace, size_t workspace_size,
                      cudaStream_t stream, const PagedAttentionOptions& options) {
   check_params(p);

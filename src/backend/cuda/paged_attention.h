@@ -48,6 +48,11 @@ struct PagedAttentionOptions {
 size_t paged_attention_workspace_bytes(const PagedAttentionParams& p,
                                        const PagedAttentionOptions& options = {});
 
+// The split count the launch below takes with these params and options (1 for an empty step):
+// the split plan's choice, or options.splits as capped. Depends on shapes and the current device
+// only, like the workspace.
+int paged_attention_splits(const PagedAttentionParams& p, const PagedAttentionOptions& options = {});
+
 // Asynchronous on `stream`; `workspace` (device memory, 256-byte aligned, at least
 // paged_attention_workspace_bytes) is used until the launch completes on the stream.
 void paged_attention(const PagedAttentionParams& p, void* workspace, size_t workspace_bytes,
