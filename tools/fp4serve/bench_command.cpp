@@ -70,8 +70,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                               fmt::join(sweeps, "; ")))
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--attention-splits", options->attention_splits,
-                  "Force the sparse decode attention's split count (0: the split plan's; clamped to the 16 "
-                  "selected pages); its rows are named with the count")
+                  "Force the sparse decode attention's split count (0: the split plan's). The launch takes "
+                  "the count of equal shares of the 16 selected pages it gives (5 -> 4), and the rows name it")
       ->capture_default_str()->check(CLI::Range(0, 16));
   sub->add_option("--json", *json_path, "Also write the rows to this JSON file");
   CLI::App* serve = add_bench_serve_command(*sub, exit_code);

@@ -239,11 +239,11 @@ __global__ void __launch_bounds__(kThreads) attention_cuda_core(const AttentionA
 // out = sum_s 2^(lse_s - max) O_s / sum_s 2^(lse_s - max), one warp per output row (token, query
 // head). The lanes read the splits' lse side by side and agree on their maximum by shuffles;
 // then each lane sums its 4-dim quads of the row over the splits in split order, four splits'
-// loads issued before any is used. (A thread per quad, looping over the splits, waited on one
-// load at a time: two round trips a split, about 5 us at 4-8 splits.) Splits with lse = -inf
-// (no key) are skipped; a NaN lse (invalid index) makes the row NaN. Launched as a programmatic
-// dependent of the attention kernel, so its launch overlaps that kernel's last CTAs; it waits
-// for their partial outputs before reading any.
+// loads issued before any is used (a thread per quad, looping over the splits, waited on one
+// load at a time: two round trips a split). Splits with lse = -inf (no key) are skipped; a NaN
+// lse (invalid index) makes the row NaN. Launched as a programmatic dependent of the attention
+// kernel, so its launch overlaps that kernel's last CTAs; it waits for their partial outputs
+// before reading any.
 constexpr int kMergeThreads = 256, kMergeRows = kMergeThreads / 32;
 
 __global__ void __launch_bounds__(kMergeThreads) merge_splits(const AttentionArgs a) {
