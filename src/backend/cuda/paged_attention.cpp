@@ -249,21 +249,23 @@ size_t workspace_bytes(const PagedAttentionParams& p, const SplitPlan& plan) {
                              round_up(int64_t{plan.splits} * p.ctx.tokens * p.q_heads * 4));
 }
 
+// The plan a launch with these params takes, after the same checks (one split for an empty step).
+SplitPlan checked_plan(const PagedAttentionParams& p, const PagedAttentionOptions& options) {
+  check_params(p);
+  const detail::AttentionKernel kernel = resolve(options, p);
+  if (p.ctx.tokens == 0) return {};
+  return plan_splits(p, options, make_args(p), kernel);
+}
+
 }  // namespace
 
 size_t paged_attention_workspace_bytes(const PagedAttentionParams& p,
                                        const PagedAttentionOptions& options) {
-  check_params(p);
-  const detail::AttentionKernel kernel = resolve(options, p);
-  if (p.ctx.tokens == 0) return 0;
-  return workspace_bytes(p, plan_splits(p, options, make_args(p), kernel));
+  return workspace_bytes(p, checked_plan(p, options));
 }
 
 int paged_attention_splits(const PagedAttentionParams& p, const PagedAttentionOptions& options) {
-  check_params(p);
-  const detail::AttentionKernel kernel = resolve(options, p);
-  if (p.ctx.tokens == 0) return 1;
-  return plan_splits(p, options, make_args(p), kernel).splits;
+  return checked_plan(p, options).splits;
 }
 
 void paged_attention(const PagedAttentionParams& p, void* workspace, size_t workspace_size,
