@@ -85,8 +85,8 @@ struct IndexerArgs {
 
 constexpr int kScoreThreads = 128;   // one key of a page per thread
 constexpr int kMaxPageTokens = kScoreThreads;
-constexpr int kSelectThreads = 256;  // one CTA per (head, token)
-constexpr int kSelectWarps = kSelectThreads / 32;
+constexpr int kSelectThreads = 256;  // one CTA per (head, token); twice that past kWideSelectBlocks
+constexpr int64_t kWideSelectBlocks = 512;  // 64K tokens of 128-token pages
 constexpr int kMaxTopk = 256;
 constexpr size_t kMaxScoreSmem = 200 * 1024;
 constexpr int64_t kMaxBlocks = int64_t{1} << 24;
