@@ -239,8 +239,8 @@ __global__ void __launch_bounds__(kThreads) attention_cuda_core(const AttentionA
 // out = sum_s 2^(lse_s - max) O_s / sum_s 2^(lse_s - max), one warp per output row (token, query
 // head). The lanes read the splits' lse side by side and agree on their maximum by shuffles;
 // then each lane sums its 4-dim quads of the row over the splits in split order, four splits'
-// loads issued before any is used (a thread per quad, looping over the splits, waited on one
-// load at a time: two round trips a split). Splits with lse = -inf (no key) are skipped; a NaN
+// loads issued before any is used, so a split costs a fraction of a round trip rather than the
+// two of loading its lse and then its output. Splits with lse = -inf (no key) are skipped; a NaN
 // lse (invalid index) makes the row NaN. Launched as a programmatic dependent of the attention
 // kernel, so its launch overlaps that kernel's last CTAs; it waits for their partial outputs
 // before reading any.
