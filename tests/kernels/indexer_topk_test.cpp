@@ -325,17 +325,21 @@ class IndexerKernel : public ::testing::Test {
       return line;
     }
   };
-  static Outcome run_and_compare(Case& c, Values kind) {
+  // also_radix: every way with the radix select too, where the warps' lists would merge.
+  static Outcome run_and_compare(Case& c, Values kind, bool also_radix = false) {
     const auto want = c.run_cpu();
     std::vector<int32_t> got(c.selected_count());
     const IndexerTopkParams p = c.params(true, c.d_selected.as<int32_t>());
     c.d_workspace = cuda::DeviceBuffer(cuda::indexer_topk_workspace_bytes(p));
     std::vector<float> scores(c.d_workspace.bytes() / sizeof(float));
     Outcome out;
-    for (int way = 0; way < 3; ++way) {
+    for (int run = 0; run < (also_radix ? 6 : 3); ++run) {
+      const int way = run % 3;
       const cuda::IndexerMath math = kMaths[way];
-      const cuda::IndexerTopkOptions options{.math = math};
+      const cuda::IndexerTopkOptions options{.math = math, .select = run < 3 ? cuda::IndexerSelect::kAuto
+                                                                             : cuda::IndexerSelect::kRadix};
       const Path path = path_of(c, math);
+      SCOPED_TRACE(run < 3 ? "" : "radix select");
       for (unsigned char poison : {0xFF, 0x5A}) {
         c.d_selected.fill(poison);
         c.d_workspace.fill(0xFF);
@@ -375,29 +379,33 @@ TEST_F(IndexerKernel, MatchesCpuOnEveryPageFormat) {
   }
 }
 
-// Past 4,096 candidates (contexts over 512K tokens of 128-token pages) the select reads its
-// keys from global memory in every pass; keys that are all equal fall into one bin of every
-// pass, and every free slot is a tie (the lowest ids win). Both select widths run: the wide one
-// for the long sequence's step, the narrow one in MatchesCpuOnOtherGeometries. A small
-// head_dim keeps the reference cheap.
+// Both ways to select, past 4,096 candidates (contexts over 512K tokens of 128-token pages):
+// up to 32 free slots the warps' merged lists (several rounds of candidates a warp here), the
+// most of them (top-34 with two forced blocks) included, and the radix select at every top-k
+// (asked for below 33 free slots), which reads its keys from global memory in every pass at
+// this length. Keys that are all equal make
+// every free slot a tie (the lowest ids win) and fall into one bin of every radix pass. Both
+// select widths run: the wide one for the long sequence's step, the narrow one in
+// MatchesCpuOnOtherGeometries. A small head_dim keeps the reference cheap.
 TEST_F(IndexerKernel, SelectsPastTheSharedKeysAndAmongEqualKeys) {
   auto rng = testing::seeded_rng(15);
-  const Geometry g{2, 16, 16, 1, 1};
-  for (Values kind : {Values::kSmallIntegers, Values::kGaussian, Values::kOnes}) {
-    SCOPED_TRACE(describe(PageDType::kBF16, g, kind));
-    Case c({(4096 + 3) * kPage + 77, 2600}, 2, PageDType::kBF16, g, kind, rng);
-    run_and_compare(c, kind);
-    if (HasFatalFailure()) return;
+  for (const Geometry& g : {Geometry{2, 16, 16, 1, 1}, Geometry{2, 16, 34, 1, 1}, Geometry{2, 16, 64, 1, 1}}) {
+    for (Values kind : {Values::kSmallIntegers, Values::kGaussian, Values::kOnes}) {
+      SCOPED_TRACE(describe(PageDType::kBF16, g, kind));
+      Case c({(4096 + 3) * kPage + 77, 2600}, 2, PageDType::kBF16, g, kind, rng);
+      run_and_compare(c, kind, /*also_radix=*/true);
+      if (HasFatalFailure()) return;
+    }
   }
 }
 
 // Other shapes: heads that are not a multiple of the kernels' 4 per pass, 16 heads (the
 // tensor-core kernel's four passes), small head_dim (exact kernel only) and large, several
-// local blocks, a short top-k.
+// local blocks, a short top-k, a top-k of forced blocks only.
 TEST_F(IndexerKernel, MatchesCpuOnOtherGeometries) {
   auto rng = testing::seeded_rng(12);
   for (const Geometry& g : {Geometry{2, 16, 16, 1, 1}, Geometry{5, 64, 8, 2, 2}, Geometry{1, 256, 16, 0, 3},
-                            Geometry{3, 32, 4, 0, 1}, Geometry{16, 128, 16, 1, 1}}) {
+                            Geometry{3, 32, 4, 0, 1}, Geometry{16, 128, 16, 1, 1}, Geometry{2, 32, 3, 1, 2}}) {
     for (PageDType dtype : {PageDType::kFP32, PageDType::kBF16, PageDType::kFP8, PageDType::kNVFP4}) {
       // NVFP4 with the FP8 query too: the FP8 kernel's passes and head_dims, ties exact.
       for (IndexQueryFormat format : {IndexQueryFormat::kFP32, IndexQueryFormat::kE4M3x2}) {

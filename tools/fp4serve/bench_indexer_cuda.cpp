@@ -60,17 +60,21 @@ cuda::DeviceBuffer make_pool(const kvcache::PageLayout& layout, float scale, int
   return pool;
 }
 
-// The ways to score a format: tensor cores and exact, and for NVFP4 pages the FP8 query (two
-// E4M3 parts; one part takes the same kernels and time) on the FP16 tensor-core kernel and on
-// the FP8 one.
+// The ways to score a format: tensor cores and exact, and for NVFP4 pages the radix select,
+// and the FP8 query (two E4M3 parts; one part takes the same kernels and time) on the FP16
+// tensor-core kernel and on the FP8 one.
 struct Way {
   cuda::IndexerMath math;
   IndexQueryFormat query;
   const char* name;
+  cuda::IndexerSelect select = cuda::IndexerSelect::kAuto;
 };
 std::vector<Way> ways(PageDType dtype) {
   std::vector<Way> out{{cuda::IndexerMath::kTensorCores, IndexQueryFormat::kFP32, "tensor cores"}};
   if (dtype == PageDType::kNVFP4) {
+    // The radix select where the warps' lists would merge: the two selects side by side.
+    out.push_back({cuda::IndexerMath::kTensorCores, IndexQueryFormat::kFP32, "tensor cores, radix select",
+                   cuda::IndexerSelect::kRadix});
     out.push_back({cuda::IndexerMath::kTensorCores, IndexQueryFormat::kE4M3x2, "tensor cores, FP8 query"});
     out.push_back({cuda::IndexerMath::kFp8TensorCores, IndexQueryFormat::kE4M3x2, "FP8 tensor cores, FP8 query"});
   }
@@ -142,7 +146,7 @@ std::vector<Row> bench_indexer(const std::string& device, double copy_gbps, cons
                             .init_blocks = 0, .local_blocks = 1, .selected = d_selected.as<int32_t>()};
         const cuda::DeviceBuffer workspace(cuda::indexer_topk_workspace_bytes(p));
         for (const Way& way : ways(dtype)) {
-          const cuda::IndexerTopkOptions way_options{.math = way.math};
+          const cuda::IndexerTopkOptions way_options{.math = way.math, .select = way.select};
           const bool tensor_cores = way.math != cuda::IndexerMath::kExact;
           p.query_format = way.query;
           auto run = [&](cudaStream_t s) { cuda::indexer_topk(p, workspace.data(), workspace.bytes(), s, way_options); };

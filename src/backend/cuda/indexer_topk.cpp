@@ -89,6 +89,7 @@ detail::IndexerArgs checked_args(const IndexerTopkParams& p, const IndexerTopkOp
   a.selected = p.selected;
   a.tensor_cores = options.math != IndexerMath::kExact;
   a.fp8_mma = options.math == IndexerMath::kFp8TensorCores;
+  a.radix_select = options.select == IndexerSelect::kRadix;
   FP4_CHECK(detail::indexer_score_smem_bytes(a) <= detail::kMaxScoreSmem,
             "indexer_topk: {} index heads of {} values do not fit in shared memory beside the "
             "pages", p.heads, p.head_dim);

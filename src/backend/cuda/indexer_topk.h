@@ -4,8 +4,9 @@
 // Two launches. Scores: grid (tokens, splits); each CTA reads its range of a token's index-K
 // pages once and scores them for every index head into the block scores
 // [tokens, heads, max_blocks] FP32 (-inf beyond the visible blocks). Select: one CTA per
-// (head, token) radix-selects the threshold of the free slots and writes the top-k ids
-// ascending, ties to the lower block id.
+// (head, token) finds the best candidates of the free slots (by merging its warps' sorted
+// lists, or for many free slots by a radix select) and writes the top-k ids ascending, ties to
+// the lower block id.
 //
 // Three ways to score, each on the query the params name (index_q, or its FP8 rounding read
 // back). Exact (CUDA cores): the dot products are the CPU's operation for operation (four
@@ -33,8 +34,14 @@ enum class IndexerMath {
   kExact,           // the CPU reference's floats, bit for bit (FP32 pages always)
 };
 
+enum class IndexerSelect {
+  kAuto,   // merged warp lists up to 32 free slots (topk minus the forced blocks), radix past that
+  kRadix,  // the radix select at every top-k (kept to measure and test against)
+};
+
 struct IndexerTopkOptions {
   IndexerMath math = IndexerMath::kTensorCores;
+  IndexerSelect select = IndexerSelect::kAuto;
 };
 
 // Device scratch indexer_topk needs for these shapes: the block scores, tokens x heads x
@@ -78,6 +85,7 @@ struct IndexerArgs {
   int topk = 0, init_blocks = 0, local_blocks = 0;
   bool tensor_cores = false;               // asked for; used where the shapes allow
   bool fp8_mma = false;                    // the FP8 kernel asked for (NVFP4 pages, FP8 query)
+  bool radix_select = false;               // the radix select even where the lists would merge
   int blocks_per_split = 0;               // blocks each scoring CTA covers
   float* scores = nullptr;                // [tokens, heads, max_blocks]
   int32_t* selected = nullptr;            // [heads, tokens, topk]
