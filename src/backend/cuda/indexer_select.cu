@@ -80,11 +80,11 @@ __device__ __forceinline__ uint64_t best_of_columns(uint64_t (&c)[4], int lane) 
   return c[0];
 }
 
-// Few free slots (M3's top-16 of 128-token blocks leaves 13): every warp sorts columns of 32
-// candidates by bitonic networks of shuffles and keeps its 32 best, then the warps' lists merge
-// four at a time through shared memory, and warp 0 writes the `free_slots` best ids ascending
-// between the forced blocks. No histogram and no atomics: the whole select is a few barriers
-// and chains of shuffles.
+// Few free slots (M3's top-16 leaves 13 to 15 beside the forced blocks): every warp sorts
+// 32-key columns of candidates by bitonic networks of shuffles and keeps its 32 best, then the
+// warps' lists merge four at a time through shared memory, and warp 0 writes the `free_slots`
+// best ids ascending between the forced blocks. No histogram and no atomics: the whole select
+// is a few barriers and chains of shuffles.
 template <int kThreads>
 __device__ __forceinline__ void merge_select(const Candidates& c, int free_slots) {
   constexpr int kCtaWarps = kThreads / 32;
