@@ -383,10 +383,10 @@ TEST_F(IndexerKernel, MatchesCpuOnEveryPageFormat) {
 // up to 32 free slots the warps' merged lists (several rounds of candidates a warp here), the
 // most of them (top-34 with two forced blocks) included, and the radix select at every top-k
 // (asked for below 33 free slots), which reads its keys from global memory in every pass at
-// this length. Keys that are all equal make
-// every free slot a tie (the lowest ids win) and fall into one bin of every radix pass. Both
-// select widths run: the wide one for the long sequence's step, the narrow one in
-// MatchesCpuOnOtherGeometries. A small head_dim keeps the reference cheap.
+// this length. Keys that are all equal make every free slot a tie (the lowest ids win) and fall
+// into one bin of every radix pass. Both select widths run: the wide one for the long
+// sequence's step, the narrow one in MatchesCpuOnOtherGeometries. A small head_dim keeps the
+// reference cheap.
 TEST_F(IndexerKernel, SelectsPastTheSharedKeysAndAmongEqualKeys) {
   auto rng = testing::seeded_rng(15);
   for (const Geometry& g : {Geometry{2, 16, 16, 1, 1}, Geometry{2, 16, 34, 1, 1}, Geometry{2, 16, 64, 1, 1}}) {
