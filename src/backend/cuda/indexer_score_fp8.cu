@@ -80,6 +80,8 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_fp8_kernel(Indexe
   const float* q = a.index_q + t * a.heads * kDim;
   __shared__ int head_shift[kMmaMaxHeads];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  prefetch_first_chunks<PageDType::kNVFP4, kDim, R::kStride>(a, t, lane);
+  wait_for_prerequisite_grid();  // the query (and the newest page rows) may come from the kernel before
   for (int h = warp; h < a.heads; h += kWarps) {
     const int shift = warp_query_shift(q + h * kDim, kDim, lane);
     if (lane == 0) head_shift[h] = shift;

@@ -123,6 +123,10 @@ __global__ void __launch_bounds__(kScoreThreads) indexer_score_mma_kernel(Indexe
   // each head's shift of that rounding).
   __shared__ int head_shift[kMmaMaxHeads], fp8_shift[kMmaMaxHeads];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // NVFP4 pages: a programmatic dependent of the kernel before (launch_indexer_scores); other
+  // formats are launched plainly, and the wait returns at once.
+  if constexpr (D == PageDType::kNVFP4) prefetch_first_chunks<D, kDim, S::kStride>(a, t, lane);
+  wait_for_prerequisite_grid();  // the query (and the newest page rows) may come from the kernel before
   const IndexQueryFormat format = a.query_format;
   if (S::kF16 || format != IndexQueryFormat::kFP32) {
     for (int h = warp; h < a.heads; h += kWarps) {

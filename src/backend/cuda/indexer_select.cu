@@ -266,6 +266,9 @@ __device__ __forceinline__ void radix_select(const Candidates& c, int free_slots
 // One CTA per (head, token).
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) indexer_select_kernel(IndexerArgs a) {
+  // A programmatic dependent that follows (the next call's scoring kernel, where indexer calls
+  // run back to back) may start its page prefetch while this kernel runs.
+  allow_dependent_launch();
   const int64_t pair = blockIdx.x, h = pair / a.tokens, t = pair % a.tokens;
   int32_t* out = a.selected + pair * a.topk;  // (h * tokens + t) * topk
   const int64_t visible = visible_blocks(a, t);

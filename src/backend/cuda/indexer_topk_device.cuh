@@ -154,15 +154,20 @@ __device__ __forceinline__ int64_t visible_blocks(const IndexerArgs& a, int64_t 
 struct BlockRange {
   int64_t first, end;
 };
-__device__ __forceinline__ BlockRange split_blocks(const IndexerArgs& a, int64_t t, float* scores) {
+// The same range without the writes; split_end: the split's end before the visible cut.
+__device__ __forceinline__ BlockRange split_range(const IndexerArgs& a, int64_t t, int64_t& split_end) {
   const int64_t first = static_cast<int64_t>(blockIdx.y) * a.blocks_per_split;
-  const int64_t end = first + a.blocks_per_split < a.max_blocks ? first + a.blocks_per_split : a.max_blocks;
+  split_end = first + a.blocks_per_split < a.max_blocks ? first + a.blocks_per_split : a.max_blocks;
   const int64_t visible = visible_blocks(a, t);
-  const int64_t scored_end = end < visible ? end : visible;
-  for (int64_t b = scored_end > first ? scored_end : first; b < end; ++b) {
+  return {first, split_end < visible ? split_end : visible};
+}
+__device__ __forceinline__ BlockRange split_blocks(const IndexerArgs& a, int64_t t, float* scores) {
+  int64_t end = 0;
+  const BlockRange r = split_range(a, t, end);
+  for (int64_t b = r.end > r.first ? r.end : r.first; b < end; ++b) {
     for (int h = threadIdx.x; h < a.heads; h += kScoreThreads) scores[h * a.max_blocks + b] = __int_as_float(0xFF800000);
   }
-  return {first, scored_end};
+  return r;
 }
 
 template <typename R>

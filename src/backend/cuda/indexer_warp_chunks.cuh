@@ -153,6 +153,32 @@ struct WarpChunks {
   }
 };
 
+// Run before the kernel waits for the one before it (a programmatic dependent launch): asks the
+// L2 for this warp's first chunks, the ones its stream copies first, so that their DRAM round
+// trip overlaps the end of the kernel before. It reads only the token's position, sequence and
+// block-table entry, which the step's host uploads set before any of its kernels runs, and
+// writes nothing. A prefetch brings no data into the SM, so a page row that the kernel before
+// is still writing (the newest token's) is copied afresh after the wait.
+template <kvcache::PageDType D, int kDim, int kRowStride>
+__device__ __forceinline__ void prefetch_first_chunks(const IndexerArgs& a, int64_t t, int lane) {
+  using C = Chunk<D, kDim, kRowStride>;
+  constexpr int kLine = 128;
+  int64_t split_end = 0;
+  const BlockRange range = split_range(a, t, split_end);
+  const int64_t block = range.first + threadIdx.x / 32;
+  if (block >= range.end) return;
+  const int32_t entry = a.block_tables[a.seq_of_token[t] * a.max_blocks + block];
+  if (entry < 0 || entry >= a.num_pages) return;
+  const int keys = min(block_keys(a, a.positions[t], block), (C::kStages - 1) * C::kKeys);
+  const uint8_t* page = a.pool + entry * a.page_bytes;
+  for (int at = lane * kLine; at < keys * C::kRowBytes; at += 32 * kLine) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(page + a.codes_offset + at));
+  }
+  for (int at = lane * kLine; at < keys * C::kScaleBytes; at += 32 * kLine) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(page + a.scales_offset + at));
+  }
+}
+
 // This warp's stream of token t's blocks in the CTA's split (`rings`: the CTA's chunk rings),
 // its first chunks in flight; the split's blocks past the visible ones get -inf in `scores`.
 template <kvcache::PageDType D, int kDim, int kRowStride>

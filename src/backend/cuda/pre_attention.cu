@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cache_write.cuh"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/pre_attention.h"
 
 namespace fp4::cuda::detail {
@@ -25,6 +26,10 @@ __device__ __forceinline__ double warp_sum(double x) {
 
 // Shared memory: cos[pairs], sin[pairs], stage[stage_floats], warp buffers[kWarps][max_dim].
 __global__ void __launch_bounds__(kPreAttentionThreads) pre_attention_kernel(const PreAttentionArgs a) {
+  // In an MSA layer with NVFP4 index pages the indexer's scoring kernel follows as a
+  // programmatic dependent: its first pages are on their way to the L2 while this kernel runs
+  // (it waits for this one before it reads the query or copies a page).
+  allow_dependent_launch();
   extern __shared__ float smem[];
   float* cos_s = smem;
   float* sin_s = cos_s + a.rotary_pairs;
