@@ -450,7 +450,10 @@ TEST_F(IndexerKernel, MatchesCpuWithAnFp8Query) {
 }
 
 // The launches depend on shapes only, so a captured graph replays them on new data: the
-// tensor-core kernel with the FP32 query, the FP8 kernel with the FP8 one.
+// tensor-core kernel with the FP32 query, the FP8 kernel with the FP8 one. The graph holds two
+// calls back to back, each with its own query and output, sharing the workspace: on NVFP4 pages
+// the second call's scoring kernel starts while the first call's select runs (a programmatic
+// dependent that prefetches before it waits), and must not write a score that select still reads.
 TEST_F(IndexerKernel, ReplaysFromACapturedGraph) {
   auto rng = testing::seeded_rng(13);
   for (cuda::IndexerMath math : {cuda::IndexerMath::kTensorCores, cuda::IndexerMath::kFp8TensorCores}) {
@@ -458,27 +461,39 @@ TEST_F(IndexerKernel, ReplaysFromACapturedGraph) {
     const IndexQueryFormat format =
         math == cuda::IndexerMath::kTensorCores ? IndexQueryFormat::kFP32 : IndexQueryFormat::kE4M3x2;
     Case c({5, 300, 2049, 9000}, 2, PageDType::kNVFP4, {4, 128, 16, 0, 1}, Values::kSmallIntegers, rng, format);
-    const IndexerTopkParams p = c.params(true, c.d_selected.as<int32_t>());
-    cuda::DeviceBuffer workspace(cuda::indexer_topk_workspace_bytes(p));
+    const IndexerTopkParams first = c.params(true, c.d_selected.as<int32_t>());
+    cuda::DeviceBuffer d_q2(c.q.size() * sizeof(float)), d_selected2(c.selected_count() * sizeof(int32_t));
+    IndexerTopkParams second = first;
+    second.index_q = d_q2.as<float>();
+    second.selected = d_selected2.as<int32_t>();
+    cuda::DeviceBuffer workspace(cuda::indexer_topk_workspace_bytes(first));
     cudaStream_t stream;
     FP4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     cudaGraph_t graph;
     FP4_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    cuda::indexer_topk(p, workspace.data(), workspace.bytes(), stream, {.math = math});
+    cuda::indexer_topk(first, workspace.data(), workspace.bytes(), stream, {.math = math});
+    cuda::indexer_topk(second, workspace.data(), workspace.bytes(), stream, {.math = math});
     FP4_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
     cudaGraphExec_t exec;
     FP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    std::vector<int32_t> got(c.selected_count());
+    std::vector<int32_t> got(c.selected_count()), got2(c.selected_count());
     for (int replay = 0; replay < 2; ++replay) {
-      // New queries each replay, written into the captured buffer.
-      c.q = make_values(c.q.size(), Values::kSmallIntegers, rng);
-      c.d_q.upload(c.q.data(), c.q.size() * sizeof(float));
+      // New queries each replay, written into the captured buffers.
+      const std::vector<float> q1 = make_values(c.q.size(), Values::kSmallIntegers, rng);
+      const std::vector<float> q2 = make_values(c.q.size(), Values::kSmallIntegers, rng);
+      c.d_q.upload(q1.data(), q1.size() * sizeof(float));
+      d_q2.upload(q2.data(), q2.size() * sizeof(float));
       c.d_selected.fill(replay == 0 ? 0xFF : 0x5A);
+      d_selected2.fill(replay == 0 ? 0x5A : 0xFF);
       workspace.fill(0xFF);
       FP4_CUDA_CHECK(cudaGraphLaunch(exec, stream));
       FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
       c.d_selected.download(got.data(), got.size() * sizeof(int32_t));
+      d_selected2.download(got2.data(), got2.size() * sizeof(int32_t));
+      c.q = q1;
       compare(c, got, c.run_cpu(), Values::kSmallIntegers, path_of(c, math));
+      c.q = q2;
+      compare(c, got2, c.run_cpu(), Values::kSmallIntegers, path_of(c, math));
     }
     FP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
     FP4_CUDA_CHECK(cudaGraphDestroy(graph));
