@@ -148,23 +148,22 @@ __device__ __forceinline__ int64_t visible_blocks(const IndexerArgs& a, int64_t 
   return blocks < a.max_blocks ? blocks : a.max_blocks;
 }
 
-// The blocks of token t that this CTA scores: [y, y + 1) * blocks_per_split (y = blockIdx.y),
-// up to the visible ones. The split's blocks past the visible ones get -inf in `scores` (the
-// token's [heads, max_blocks]) here, since no page of theirs is scored.
+// The blocks of token t that this CTA scores: [first, end), its split [y, y + 1) *
+// blocks_per_split (y = blockIdx.y, ending at split_end) cut at the visible blocks.
 struct BlockRange {
-  int64_t first, end;
+  int64_t first, end, split_end;
 };
-// The same range without the writes; split_end: the split's end before the visible cut.
-__device__ __forceinline__ BlockRange split_range(const IndexerArgs& a, int64_t t, int64_t& split_end) {
+__device__ __forceinline__ BlockRange split_range(const IndexerArgs& a, int64_t t) {
   const int64_t first = static_cast<int64_t>(blockIdx.y) * a.blocks_per_split;
-  split_end = first + a.blocks_per_split < a.max_blocks ? first + a.blocks_per_split : a.max_blocks;
+  const int64_t split_end = first + a.blocks_per_split < a.max_blocks ? first + a.blocks_per_split : a.max_blocks;
   const int64_t visible = visible_blocks(a, t);
-  return {first, split_end < visible ? split_end : visible};
+  return {first, split_end < visible ? split_end : visible, split_end};
 }
+// The same, the split's blocks past the visible ones given -inf in `scores` (the token's
+// [heads, max_blocks]) here, since no page of theirs is scored.
 __device__ __forceinline__ BlockRange split_blocks(const IndexerArgs& a, int64_t t, float* scores) {
-  int64_t end = 0;
-  const BlockRange r = split_range(a, t, end);
-  for (int64_t b = r.end > r.first ? r.end : r.first; b < end; ++b) {
+  const BlockRange r = split_range(a, t);
+  for (int64_t b = r.end > r.first ? r.end : r.first; b < r.split_end; ++b) {
     for (int h = threadIdx.x; h < a.heads; h += kScoreThreads) scores[h * a.max_blocks + b] = __int_as_float(0xFF800000);
   }
   return r;

@@ -163,8 +163,7 @@ template <kvcache::PageDType D, int kDim, int kRowStride>
 __device__ __forceinline__ void prefetch_first_chunks(const IndexerArgs& a, int64_t t, int lane) {
   using C = Chunk<D, kDim, kRowStride>;
   constexpr int kLine = 128;
-  int64_t split_end = 0;
-  const BlockRange range = split_range(a, t, split_end);
+  const BlockRange range = split_range(a, t);
   const int64_t block = range.first + threadIdx.x / 32;
   if (block >= range.end) return;
   const int32_t entry = a.block_tables[a.seq_of_token[t] * a.max_blocks + block];
