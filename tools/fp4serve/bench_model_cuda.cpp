@@ -127,9 +127,10 @@ struct Bench {
   std::unique_ptr<model::ResidentWeights> resident;
 };
 
-// Milliseconds per decode step: the first step records the graph, then the median of `reps`.
+// Milliseconds per decode step: the first step records the graph (or, op by op, warms up),
+// then the median of `reps`.
 double step_ms(const Bench& b, cuda::CudaBackend& gpu, kvcache::PageDType dtype, int64_t batch, int64_t context,
-               int reps) {
+               int reps, bool graphs) {
   model::KvMemory cache(b.config, {dtype, dtype}, kDistinctPages, gpu);
   for (int64_t l = 0; l < b.config.num_layers; ++l) {
     model::LayerCache& lc = cache.layer(l);
@@ -139,6 +140,7 @@ double step_ms(const Bench& b, cuda::CudaBackend& gpu, kvcache::PageDType dtype,
     lc.kv_scales = {0.01f, 0.01f};
   }
   model::ModelRunner runner(b.config, b.weights, *b.resident, gpu, cache);
+  runner.set_graphs(graphs);
   const int64_t blocks = (context + kvcache::kPageTokens - 1) / kvcache::kPageTokens;
   model::StepBatch s;
   std::mt19937_64 rng(static_cast<uint64_t>(batch * 7919 + context));
@@ -156,7 +158,7 @@ double step_ms(const Bench& b, cuda::CudaBackend& gpu, kvcache::PageDType dtype,
   }
   s.num_seqs = batch;
   s.max_blocks = blocks;
-  runner.forward(s);  // records
+  runner.forward(s);  // records, or warms up
   std::vector<double> ms;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -166,13 +168,13 @@ double step_ms(const Bench& b, cuda::CudaBackend& gpu, kvcache::PageDType dtype,
   return cuda::median_of(ms);
 }
 
-// Bytes one layer must move for one decode step: its weights (FP32 attention and shared
-// expert, the router, the routed experts expected to be active), the index cache of every
-// visible block and the K/V of the selected ones.
+// Bytes one layer must move for one decode step: its weights (attention and the shared expert
+// held in BF16, the FP32 router, the routed experts expected to be active), the index cache of
+// every visible block and the K/V of the selected ones.
 double layer_bytes(const model::ModelConfig& c, kvcache::PageDType dtype, int64_t batch, int64_t context) {
   const int64_t h = c.hidden_size, d = c.head_dim, di = c.index_head_dim;
-  const double attention = 4.0 * h * (c.num_heads * d * 2 + c.num_kv_heads * d * 2 + c.num_index_heads * di + di);
-  const double shared = 4.0 * 3 * h * c.shared_intermediate_size + 4.0 * h * c.num_experts;
+  const double attention = 2.0 * h * (c.num_heads * d * 2 + c.num_kv_heads * d * 2 + c.num_index_heads * di + di);
+  const double shared = 2.0 * 3 * h * c.shared_intermediate_size + 4.0 * h * c.num_experts;
   const double active = c.num_experts * (1 - std::pow(1 - double(c.num_experts_per_tok) / c.num_experts, double(batch)));
   const double experts = active * 3 * h * c.moe_intermediate_size * (0.5 + 1.0 / 16);
   const auto kv = kvcache::kv_page_layout(dtype, static_cast<int>(c.num_kv_heads), static_cast<int>(d));
@@ -200,13 +202,20 @@ std::vector<Row> bench_model_decode(const std::string& device, double copy_gbps,
     for (int64_t batch : batch_sweep("model")) {
       if (!options.runs_batch(batch)) continue;
       for (int64_t context : {8192, 65536, 262144}) {
-        const double t1 = step_ms(one, gpu, dtype, batch, context, timed);
-        const double t3 = step_ms(three, gpu, dtype, batch, context, timed);
-        const double layer = (t3 - t1) / 2;
-        rows.push_back({device, fmt::format("m3.1-flash decode layer {}", kvcache::page_dtype_name(dtype)),
-                        fmt::format("b{} x {}K, {:.0f} tok/s/layer, step(3 layers) {:.2f} ms", batch, context / 1024,
-                                    batch / (layer * 1e-3), t3),
-                        layer_bytes(three.config, dtype, batch, context), layer, copy_gbps, false});
+        // Op by op (--enforce-eager) too on NVFP4 caches, the engine's default: what the
+        // recorded steps save per layer.
+        for (const bool graphs : {true, false}) {
+          if (!graphs && dtype != kvcache::PageDType::kNVFP4) continue;
+          const double t1 = step_ms(one, gpu, dtype, batch, context, timed, graphs);
+          const double t3 = step_ms(three, gpu, dtype, batch, context, timed, graphs);
+          const double layer = (t3 - t1) / 2;
+          rows.push_back({device,
+                          fmt::format("m3.1-flash decode layer {}{}", kvcache::page_dtype_name(dtype),
+                                      graphs ? "" : " (eager)"),
+                          fmt::format("b{} x {}K, {:.0f} tok/s/layer, step(3 layers) {:.2f} ms", batch,
+                                      context / 1024, batch / (layer * 1e-3), t3),
+                          layer_bytes(three.config, dtype, batch, context), layer, copy_gbps, false});
+        }
       }
     }
   }
