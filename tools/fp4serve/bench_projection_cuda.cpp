@@ -8,6 +8,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/skinny_linear.h"
 #include "core/check.h"
 #include "tools/fp4serve/bench_projection.h"
 
@@ -61,7 +62,7 @@ std::vector<Row> bench_projections(const std::string& device, double copy_gbps, 
     const Buffer<float> w32(gpu, w);
     const Buffer<uint16_t> w16(gpu, bits);
     bool checked = false;
-    for (int64_t m : {1, 16, 64, 256, 8192}) {
+    for (int64_t m : {1, 4, 8, 16, 64, 256, 8192}) {
       std::normal_distribution<float> normal(0.0f, 1.0f);
       std::vector<float> x(static_cast<size_t>(m * p.k));
       for (float& f : x) f = normal(rng);
@@ -71,20 +72,37 @@ std::vector<Row> bench_projections(const std::string& device, double copy_gbps, 
       LinearParams bf16 = f32;
       bf16.w = nullptr;
       bf16.w_bf16 = w16.data();
-      if (!checked) {
+      // Decode-sized inputs: the skinny kernel (what linear takes for them) beside the three
+      // products (what it took before), checked at every such m.
+      const bool skinny = m <= cuda::detail::kSkinnyMaxRows;
+      if (!checked || skinny) {
         gpu.linear(f32);
         check(x, w, dy.download(), m, p.n, p.k, "FP32-weight");
+        gpu.set_bf16_linear(cuda::CudaBackend::Bf16Linear::kSplitMma);
         gpu.linear(bf16);
         check(x, w, dy.download(), m, p.n, p.k, "BF16-weight");
+        gpu.set_bf16_linear(cuda::CudaBackend::Bf16Linear::kAuto);
+        if (skinny) {
+          gpu.linear(bf16);
+          check(x, w, dy.download(), m, p.n, p.k, "BF16-weight skinny");
+        }
       }
+      const bool fresh = !checked || skinny;
       const std::string shape = fmt::format("m{} [{}, {}] {}", m, p.n, p.k, p.name);
       const double io = double(m) * p.k * 4 + double(m) * p.n * 4;
       const double ms32 = cuda::median_ms([&](cudaStream_t) { gpu.linear(f32); }, 3, reps, gpu.stream());
       rows.push_back({device, "linear fp32 weight (sgemm)", shape, double(p.n) * p.k * 4 + io, ms32, copy_gbps,
-                      !checked});
+                      fresh});
+      gpu.set_bf16_linear(cuda::CudaBackend::Bf16Linear::kSplitMma);
       const double ms16 = cuda::median_ms([&](cudaStream_t) { gpu.linear(bf16); }, 3, reps, gpu.stream());
+      gpu.set_bf16_linear(cuda::CudaBackend::Bf16Linear::kAuto);
       rows.push_back({device, "linear bf16 weight (3 x bf16 mma)", shape, double(p.n) * p.k * 2 + io, ms16,
-                      copy_gbps, !checked});
+                      copy_gbps, fresh});
+      if (skinny) {
+        const double ms = cuda::median_ms([&](cudaStream_t) { gpu.linear(bf16); }, 3, reps, gpu.stream());
+        rows.push_back({device, "linear bf16 weight (skinny fp32 fma)", shape, double(p.n) * p.k * 2 + io, ms,
+                        copy_gbps, fresh});
+      }
       checked = true;
     }
   }

@@ -18,6 +18,7 @@
 #include "backend/cuda/paged_attention.h"
 #include "backend/cuda/pre_attention.h"
 #include "backend/cuda/sampler.h"
+#include "backend/cuda/skinny_linear.h"
 
 namespace fp4::cuda {
 namespace {
@@ -209,8 +210,15 @@ void CudaBackend::linear(const LinearParams& p) {
 // two BF16s exact and accumulated in FP32 (tensor cores may truncate), and the three partial
 // results summed: within about three times an FP32 GEMM's error bound (cuda_backend_test
 // derives it), for half the weight bytes and the BF16 tensor-core rate. Long inputs (prefill)
-// run in row chunks so that the pieces and partials stay within kLinearScratchBytes.
+// run in row chunks so that the pieces and partials stay within kLinearScratchBytes. Decode-sized
+// inputs take one kernel of FP32 multiply-adds instead (skinny_linear.h): as exact as an FP32
+// GEMM, and the weight read at the copy bandwidth's pace rather than in three launches.
 void CudaBackend::linear_bf16_weight(const LinearParams& p) {
+  const detail::SkinnyLinearArgs skinny{.x = p.x, .w = p.w_bf16, .y = p.y, .m = p.m, .n = p.n, .k = p.k};
+  if (bf16_linear_ == Bf16Linear::kAuto && detail::skinny_linear_fits(skinny)) {
+    FP4_CUDA_CHECK(detail::launch_skinny_linear(skinny, stream_));
+    return;
+  }
   const int64_t per_row = 3 * (p.k * int64_t{sizeof(uint16_t)} + p.n * int64_t{sizeof(float)});
   const int64_t chunk = std::clamp<int64_t>(kLinearScratchBytes / per_row, 1, p.m);
   FP4_CHECK(3 * chunk <= std::numeric_limits<int>::max(), "linear: {} rows exceed cuBLAS's int", 3 * chunk);

@@ -79,6 +79,11 @@ class CudaBackend final : public Backend {
   void set_indexer_math(IndexerMath math) { indexer_.math = math; }
   // Where prompt chunks take the prefill attention kernel (paged_attention.h); for comparisons.
   void set_prefill_attention(PrefillKernelUse use) { attention_.prefill = use; }
+  // How linear multiplies BF16-held weights: kAuto streams them through the skinny FP32 kernel
+  // for decode-sized inputs (skinny_linear.h) and takes three BF16 tensor-core products
+  // otherwise; kSplitMma always the latter (for comparisons).
+  enum class Bf16Linear { kAuto, kSplitMma };
+  void set_bf16_linear(Bf16Linear path) { bf16_linear_ = path; }
 
   cudaStream_t stream() const { return stream_; }
   // Waits for everything issued so far.
@@ -93,6 +98,7 @@ class CudaBackend final : public Backend {
   void* cublas_workspace_ = nullptr;  // cuBLAS's, set once so a captured GEMM allocates nothing
   IndexerTopkOptions indexer_;
   PagedAttentionOptions attention_;
+  Bf16Linear bf16_linear_ = Bf16Linear::kAuto;
 };
 
 }  // namespace fp4::cuda

@@ -1,0 +1,122 @@
+// See skinny_linear.h. A CTA owns kRowsPerCta weight rows over the whole of k: its threads
+// stride over the rows' 16-byte chunks (8 BF16 values), a warp's loads 512 contiguous bytes of a
+// row, and every thread keeps kRowsPerCta x M partial sums. x is small and read by every CTA,
+// so it comes through L1 while the weight's loads skip it. The partial sums are reduced in a
+// fixed order (warp shuffles, then the warps in turn), so a result does not depend on timing.
+#include "backend/cuda/skinny_linear.h"
+
+#include <cstdint>
+
+namespace fp4::cuda::detail {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRowsPerCta = 4;
+// Chunks of each row a thread loads before it multiplies: kRowsPerCta x kUnroll 16-byte loads
+// in flight a thread, 32 KB a CTA.
+constexpr int kUnroll = 2;
+
+__device__ __forceinline__ uint4 load_streaming(const uint16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// acc += the 8 BF16 values of `w` times x[0..7]: a BF16 is the top half of its FP32.
+__device__ __forceinline__ float dot8(float acc, uint4 w, float4 x0, float4 x1) {
+  acc = fmaf(__uint_as_float(w.x << 16), x0.x, acc);
+  acc = fmaf(__uint_as_float(w.x & 0xFFFF0000u), x0.y, acc);
+  acc = fmaf(__uint_as_float(w.y << 16), x0.z, acc);
+  acc = fmaf(__uint_as_float(w.y & 0xFFFF0000u), x0.w, acc);
+  acc = fmaf(__uint_as_float(w.z << 16), x1.x, acc);
+  acc = fmaf(__uint_as_float(w.z & 0xFFFF0000u), x1.y, acc);
+  acc = fmaf(__uint_as_float(w.w << 16), x1.z, acc);
+  acc = fmaf(__uint_as_float(w.w & 0xFFFF0000u), x1.w, acc);
+  return acc;
+}
+
+template <int M>
+__global__ void __launch_bounds__(kThreads) skinny_linear_kernel(SkinnyLinearArgs a) {
+  const int64_t first_row = int64_t{blockIdx.x} * kRowsPerCta;
+  const int64_t chunks = a.k / 8;
+  // Rows past n read row n - 1 (any valid row) and are not written.
+  const uint16_t* w[kRowsPerCta];
+#pragma unroll
+  for (int r = 0; r < kRowsPerCta; ++r) w[r] = a.w + min(first_row + r, a.n - 1) * a.k;
+  float acc[kRowsPerCta][M] = {};
+  for (int64_t c0 = threadIdx.x; c0 < chunks; c0 += kUnroll * kThreads) {
+    uint4 wv[kUnroll][kRowsPerCta];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = c0 + u * kThreads;
+#pragma unroll
+      for (int r = 0; r < kRowsPerCta; ++r) wv[u][r] = c < chunks ? load_streaming(w[r] + 8 * c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = c0 + u * kThreads;
+      if (c >= chunks) break;
+#pragma unroll
+      for (int t = 0; t < M; ++t) {
+        const float4* xt = reinterpret_cast<const float4*>(a.x + t * a.k + 8 * c);
+        const float4 x0 = __ldg(xt), x1 = __ldg(xt + 1);
+#pragma unroll
+        for (int r = 0; r < kRowsPerCta; ++r) acc[r][t] = dot8(acc[r][t], wv[u][r], x0, x1);
+      }
+    }
+  }
+  __shared__ float partial[kWarps][kRowsPerCta * M];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int r = 0; r < kRowsPerCta; ++r) {
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      float v = acc[r][t];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+      if (lane == 0) partial[warp][r * M + t] = v;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < kRowsPerCta * M) {
+    const int r = threadIdx.x / M, t = threadIdx.x % M;
+    float sum = partial[0][threadIdx.x];
+#pragma unroll
+    for (int i = 1; i < kWarps; ++i) sum += partial[i][threadIdx.x];
+    if (first_row + r < a.n) a.y[t * a.n + first_row + r] = sum;
+  }
+}
+
+template <int M>
+cudaError_t launch(const SkinnyLinearArgs& a, cudaStream_t stream) {
+  const int64_t ctas = (a.n + kRowsPerCta - 1) / kRowsPerCta;
+  skinny_linear_kernel<M><<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool skinny_linear_fits(const SkinnyLinearArgs& a) {
+  const auto misaligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 != 0; };
+  return a.m >= 1 && a.m <= kSkinnyMaxRows && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 &&
+         (a.n + kRowsPerCta - 1) / kRowsPerCta <= int64_t{0x7FFFFFFF} && !misaligned(a.x) && !misaligned(a.w);
+}
+
+cudaError_t launch_skinny_linear(const SkinnyLinearArgs& a, cudaStream_t stream) {
+  if (!skinny_linear_fits(a)) return cudaErrorInvalidValue;
+  switch (a.m) {
+    case 1: return launch<1>(a, stream);
+    case 2: return launch<2>(a, stream);
+    case 3: return launch<3>(a, stream);
+    case 4: return launch<4>(a, stream);
+    case 5: return launch<5>(a, stream);
+    case 6: return launch<6>(a, stream);
+    case 7: return launch<7>(a, stream);
+    default: return launch<8>(a, stream);
+  }
+}
+
+}  // namespace fp4::cuda::detail

@@ -1,0 +1,96 @@
+// The skinny BF16-weight linear (backend/cuda/skinny_linear.h) against the CPU's FP32 linear on
+// the same numbers (the BF16 weights decoded to FP32), on fresh random inputs.
+// Bound: both sides sum k terms x_l w_l in FP32, in different orders, the GPU's by fused
+// multiply-adds and the CPU's as it does; each result is within gamma_k S of the exact sum
+// (S = sum |x w|, gamma_k = k u / (1 - k u), u = 2^-24), so they are within 2 gamma_k S of each
+// other.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "backend/buffer.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/skinny_linear.h"
+#include "formats/minifloat.h"
+#include "tests/support/random.h"
+
+namespace fp4 {
+namespace {
+
+class SkinnyLinear : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
+    gpu_ = std::make_unique<cuda::CudaBackend>();
+  }
+  std::unique_ptr<cuda::CudaBackend> gpu_;
+};
+
+TEST_F(SkinnyLinear, WithinTheFp32SummationBoundOfTheCpu) {
+  auto rng = testing::seeded_rng(91);
+  struct Shape { int64_t m, n, k; };
+  // Every row count; n not a multiple of the CTA's 4 rows; k from one 16-byte chunk to past
+  // 2 x 256 chunks with a partial last round (6,152 = 8 x 769).
+  for (Shape s : {Shape{1, 1, 8}, Shape{1, 311, 256}, Shape{2, 5, 6152}, Shape{3, 64, 40}, Shape{4, 513, 6144},
+                  Shape{5, 130, 1000}, Shape{6, 7, 4104}, Shape{7, 33, 2048}, Shape{8, 258, 8192}}) {
+    SCOPED_TRACE(::testing::Message() << s.m << " x " << s.n << " x " << s.k);
+    const auto x = testing::random_floats(s.m * s.k, testing::Distribution::kStudentT3, rng);
+    auto w = testing::random_floats(s.n * s.k, testing::Distribution::kGaussian, rng);
+    std::vector<uint16_t> bits(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      bits[i] = bf16_encode(w[i]);
+      w[i] = bf16_decode(bits[i]);  // the FP32 weight the CPU reads: the same numbers
+    }
+    // The outputs and a guard past them start as NaN: every output must be written, nothing past.
+    constexpr int64_t kGuard = 64;
+    Buffer<float> gx(*gpu_, x);
+    Buffer<float> gy(*gpu_, std::vector<float>(s.m * s.n + kGuard, std::numeric_limits<float>::quiet_NaN()));
+    Buffer<uint16_t> gw(*gpu_, bits);
+    const cuda::detail::SkinnyLinearArgs args{.x = gx.data(), .w = gw.data(), .y = gy.data(), .m = s.m, .n = s.n,
+                                              .k = s.k};
+    ASSERT_TRUE(cuda::detail::skinny_linear_fits(args));
+    FP4_CUDA_CHECK(cuda::detail::launch_skinny_linear(args, gpu_->stream()));
+    std::vector<float> y(s.m * s.n);
+    cpu::linear({.x = x.data(), .w = w.data(), .y = y.data(), .m = s.m, .n = s.n, .k = s.k});
+    const auto got = gy.download();
+    const double u = 0x1p-24, gamma = s.k * u / (1 - s.k * u);
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double mag = 0;
+        for (int64_t l = 0; l < s.k; ++l) mag += std::abs(double(x[i * s.k + l]) * w[j * s.k + l]);
+        ASSERT_LE(std::abs(double(got[i * s.n + j]) - y[i * s.n + j]), 2 * gamma * mag) << i << ", " << j;
+      }
+    }
+    for (int64_t i = s.m * s.n; i < s.m * s.n + kGuard; ++i) ASSERT_TRUE(std::isnan(got[i])) << "written past y at " << i;
+  }
+}
+
+// Shapes the kernel does not take go to the three-product path (CudaBackend::linear); the
+// launcher refuses them rather than reading past a row.
+TEST_F(SkinnyLinear, RefusesShapesItDoesNotTake) {
+  Buffer<float> x(*gpu_, 16 * 64), y(*gpu_, 16 * 64);
+  Buffer<uint16_t> w(*gpu_, 64 * 64);
+  const cuda::detail::SkinnyLinearArgs fits{.x = x.data(), .w = w.data(), .y = y.data(), .m = 8, .n = 64, .k = 64};
+  EXPECT_TRUE(cuda::detail::skinny_linear_fits(fits));
+  auto with = [&](auto change) {
+    cuda::detail::SkinnyLinearArgs a = fits;
+    change(a);
+    return a;
+  };
+  for (const auto& a : {with([](auto& a) { a.m = 9; }), with([](auto& a) { a.m = 0; }),
+                        with([](auto& a) { a.k = 60; }), with([](auto& a) { a.k = 4; }),
+                        with([](auto& a) { a.n = 0; }), with([&](auto& a) { a.x = x.data() + 1; }),
+                        with([&](auto& a) { a.w = w.data() + 4; })}) {
+    EXPECT_FALSE(cuda::detail::skinny_linear_fits(a));
+    EXPECT_EQ(cuda::detail::launch_skinny_linear(a, gpu_->stream()), cudaErrorInvalidValue);
+  }
+}
+
+}  // namespace
+}  // namespace fp4
