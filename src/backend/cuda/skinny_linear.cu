@@ -14,8 +14,9 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerCta = 4;
 // Chunks of each row a thread loads before it multiplies: kRowsPerCta x kUnroll 16-byte loads
-// in flight a thread, 32 KB a CTA.
-constexpr int kUnroll = 2;
+// in flight a thread, 32 KB a CTA, two CTAs an SM (their registers allow it: at most 128 a
+// thread, which past 4 rows of x leaves room for one chunk of each row, not two).
+template <int M> constexpr int kUnroll = M <= 4 ? 2 : 1;
 
 __device__ __forceinline__ uint4 load_streaming(const uint16_t* p) {
   uint4 v;
@@ -25,21 +26,8 @@ __device__ __forceinline__ uint4 load_streaming(const uint16_t* p) {
   return v;
 }
 
-// acc += the 8 BF16 values of `w` times x[0..7]: a BF16 is the top half of its FP32.
-__device__ __forceinline__ float dot8(float acc, uint4 w, float4 x0, float4 x1) {
-  acc = fmaf(__uint_as_float(w.x << 16), x0.x, acc);
-  acc = fmaf(__uint_as_float(w.x & 0xFFFF0000u), x0.y, acc);
-  acc = fmaf(__uint_as_float(w.y << 16), x0.z, acc);
-  acc = fmaf(__uint_as_float(w.y & 0xFFFF0000u), x0.w, acc);
-  acc = fmaf(__uint_as_float(w.z << 16), x1.x, acc);
-  acc = fmaf(__uint_as_float(w.z & 0xFFFF0000u), x1.y, acc);
-  acc = fmaf(__uint_as_float(w.w << 16), x1.z, acc);
-  acc = fmaf(__uint_as_float(w.w & 0xFFFF0000u), x1.w, acc);
-  return acc;
-}
-
 template <int M>
-__global__ void __launch_bounds__(kThreads) skinny_linear_kernel(SkinnyLinearArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) skinny_linear_kernel(SkinnyLinearArgs a) {
   const int64_t first_row = int64_t{blockIdx.x} * kRowsPerCta;
   const int64_t chunks = a.k / 8;
   // Rows past n read row n - 1 (any valid row) and are not written.
@@ -47,24 +35,38 @@ __global__ void __launch_bounds__(kThreads) skinny_linear_kernel(SkinnyLinearArg
 #pragma unroll
   for (int r = 0; r < kRowsPerCta; ++r) w[r] = a.w + min(first_row + r, a.n - 1) * a.k;
   float acc[kRowsPerCta][M] = {};
-  for (int64_t c0 = threadIdx.x; c0 < chunks; c0 += kUnroll * kThreads) {
-    uint4 wv[kUnroll][kRowsPerCta];
+  for (int64_t c0 = threadIdx.x; c0 < chunks; c0 += kUnroll<M> * kThreads) {
+    uint4 wv[kUnroll<M>][kRowsPerCta];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kUnroll<M>; ++u) {
       const int64_t c = c0 + u * kThreads;
 #pragma unroll
       for (int r = 0; r < kRowsPerCta; ++r) wv[u][r] = c < chunks ? load_streaming(w[r] + 8 * c) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kUnroll<M>; ++u) {
       const int64_t c = c0 + u * kThreads;
       if (c >= chunks) break;
+      float wf[kRowsPerCta][8];  // a BF16 is the top half of its FP32
+#pragma unroll
+      for (int r = 0; r < kRowsPerCta; ++r) {
+        const uint32_t words[4] = {wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          wf[r][2 * i] = __uint_as_float(words[i] << 16);
+          wf[r][2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+        }
+      }
 #pragma unroll
       for (int t = 0; t < M; ++t) {
         const float4* xt = reinterpret_cast<const float4*>(a.x + t * a.k + 8 * c);
         const float4 x0 = __ldg(xt), x1 = __ldg(xt + 1);
+        const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
-        for (int r = 0; r < kRowsPerCta; ++r) acc[r][t] = dot8(acc[r][t], wv[u][r], x0, x1);
+        for (int r = 0; r < kRowsPerCta; ++r) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[r][t] = fmaf(wf[r][i], xs[i], acc[r][t]);
+        }
       }
     }
   }
