@@ -14,9 +14,10 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerCta = 4;
 // Chunks of each row a thread loads before it multiplies: kRowsPerCta x kUnroll 16-byte loads
-// in flight a thread, 32 KB a CTA, two CTAs an SM (their registers allow it: at most 128 a
-// thread, which past 4 rows of x leaves room for one chunk of each row, not two).
-template <int M> constexpr int kUnroll = M <= 4 ? 2 : 1;
+// in flight a thread, 32 KB a CTA. Up to 4 rows of x a thread needs at most 128 registers, so
+// two CTAs share an SM; past that, one (about 160 registers; capped at 128, ptxas spills).
+constexpr int kUnroll = 2;
+template <int M> constexpr int kCtasPerSm = M <= 4 ? 2 : 1;
 
 __device__ __forceinline__ uint4 load_streaming(const uint16_t* p) {
   uint4 v;
@@ -27,25 +28,25 @@ __device__ __forceinline__ uint4 load_streaming(const uint16_t* p) {
 }
 
 template <int M>
-__global__ void __launch_bounds__(kThreads, 2) skinny_linear_kernel(SkinnyLinearArgs a) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm<M>) skinny_linear_kernel(SkinnyLinearArgs a) {
   const int64_t first_row = int64_t{blockIdx.x} * kRowsPerCta;
-  const int64_t chunks = a.k / 8;
-  // Rows past n read row n - 1 (any valid row) and are not written.
-  const uint16_t* w[kRowsPerCta];
-#pragma unroll
-  for (int r = 0; r < kRowsPerCta; ++r) w[r] = a.w + min(first_row + r, a.n - 1) * a.k;
+  const int chunks = static_cast<int>(a.k / 8);  // k < 2^31 (skinny_linear_fits)
+  const uint16_t* w = a.w + first_row * a.k;
+  const int rows = static_cast<int>(min(int64_t{kRowsPerCta}, a.n - first_row));  // the last CTA's may be fewer
   float acc[kRowsPerCta][M] = {};
-  for (int64_t c0 = threadIdx.x; c0 < chunks; c0 += kUnroll<M> * kThreads) {
-    uint4 wv[kUnroll<M>][kRowsPerCta];
+  for (int c0 = threadIdx.x; c0 < chunks; c0 += kUnroll * kThreads) {
+    uint4 wv[kUnroll][kRowsPerCta];
 #pragma unroll
-    for (int u = 0; u < kUnroll<M>; ++u) {
-      const int64_t c = c0 + u * kThreads;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kThreads;
 #pragma unroll
-      for (int r = 0; r < kRowsPerCta; ++r) wv[u][r] = c < chunks ? load_streaming(w[r] + 8 * c) : make_uint4(0, 0, 0, 0);
+      for (int r = 0; r < kRowsPerCta; ++r) {
+        wv[u][r] = r < rows && c < chunks ? load_streaming(w + r * a.k + 8 * c) : make_uint4(0, 0, 0, 0);
+      }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll<M>; ++u) {
-      const int64_t c = c0 + u * kThreads;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kThreads;
       if (c >= chunks) break;
       float wf[kRowsPerCta][8];  // a BF16 is the top half of its FP32
 #pragma unroll
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_linear_kernel(SkinnyLinear
     float sum = partial[0][threadIdx.x];
 #pragma unroll
     for (int i = 1; i < kWarps; ++i) sum += partial[i][threadIdx.x];
-    if (first_row + r < a.n) a.y[t * a.n + first_row + r] = sum;
+    if (r < rows) a.y[t * a.n + first_row + r] = sum;
   }
 }
 
@@ -103,7 +104,7 @@ cudaError_t launch(const SkinnyLinearArgs& a, cudaStream_t stream) {
 
 bool skinny_linear_fits(const SkinnyLinearArgs& a) {
   const auto misaligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 != 0; };
-  return a.m >= 1 && a.m <= kSkinnyMaxRows && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 &&
+  return a.m >= 1 && a.m <= kSkinnyMaxRows && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 && a.k <= int64_t{0x7FFFFFFF} &&
          (a.n + kRowsPerCta - 1) / kRowsPerCta <= int64_t{0x7FFFFFFF} && !misaligned(a.x) && !misaligned(a.w);
 }
 
