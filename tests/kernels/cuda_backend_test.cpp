@@ -200,8 +200,9 @@ std::vector<uint16_t> to_bf16(std::vector<float>& values) {
 TEST_F(CudaBackendOps, LinearWithBf16WeightsWithinTheSummationBound) {
   auto rng = testing::seeded_rng(76);
   struct Shape { int64_t m, n, k; };
-  // m <= 8 with k a multiple of 8 takes the skinny FP32 kernel (a tighter bound, checked in
-  // skinny_linear_test.cpp); the rest, k = 1001 at m = 2 and m = 9 among them, the three products.
+  // Up to 4 rows (8 on small weights) with k a multiple of 8 take the skinny FP32 kernel (a
+  // tighter bound, checked in skinny_linear_test.cpp); the rest, k = 1001 at m = 2 and m = 9
+  // among them, the three products.
   for (Shape s : {Shape{1, 311, 256}, Shape{3, 64, 8}, Shape{130, 257, 1000}, Shape{33, 6144, 64},
                   Shape{1, 4096, 6144}, Shape{2, 50, 1001}, Shape{8, 77, 4096}, Shape{9, 33, 512}}) {
     SCOPED_TRACE(::testing::Message() << s.m << " x " << s.n << " x " << s.k);

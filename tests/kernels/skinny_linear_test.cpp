@@ -35,8 +35,9 @@ class SkinnyLinear : public ::testing::Test {
 TEST_F(SkinnyLinear, WithinTheFp32SummationBoundOfTheCpu) {
   auto rng = testing::seeded_rng(91);
   struct Shape { int64_t m, n, k; };
-  // Every row count; n not a multiple of the CTA's 4 rows; k from one 16-byte chunk to past
-  // 2 x 256 chunks with a partial last round (6,152 = 8 x 769).
+  // Every row count (5 to 8 on weights of at most kSkinnyNarrowBytes); n not a multiple of the
+  // CTA's 4 rows; k from one 16-byte chunk to past 2 x 256 chunks with a partial last round
+  // (6,152 = 8 x 769).
   for (Shape s : {Shape{1, 1, 8}, Shape{1, 311, 256}, Shape{2, 5, 6152}, Shape{3, 64, 40}, Shape{4, 513, 6144},
                   Shape{5, 130, 1000}, Shape{6, 7, 4104}, Shape{7, 33, 2048}, Shape{8, 258, 8192}}) {
     SCOPED_TRACE(::testing::Message() << s.m << " x " << s.n << " x " << s.k);
@@ -83,7 +84,9 @@ TEST_F(SkinnyLinear, RefusesShapesItDoesNotTake) {
     change(a);
     return a;
   };
+  // Five rows of x on a weight past kSkinnyNarrowBytes (the launcher refuses before it reads).
   for (const auto& a : {with([](auto& a) { a.m = 9; }), with([](auto& a) { a.m = 0; }),
+                        with([](auto& a) { a.m = 5, a.n = 8192, a.k = 1032; }),
                         with([](auto& a) { a.k = 60; }), with([](auto& a) { a.k = 4; }),
                         with([](auto& a) { a.n = 0; }), with([&](auto& a) { a.x = x.data() + 1; }),
                         with([&](auto& a) { a.w = w.data() + 4; })}) {

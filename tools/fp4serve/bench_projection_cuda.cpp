@@ -72,9 +72,10 @@ std::vector<Row> bench_projections(const std::string& device, double copy_gbps, 
       LinearParams bf16 = f32;
       bf16.w = nullptr;
       bf16.w_bf16 = w16.data();
-      // Decode-sized inputs: the skinny kernel (what linear takes for them) beside the three
-      // products (what it took before), checked at every such m.
-      const bool skinny = m <= cuda::detail::kSkinnyMaxRows;
+      // The shapes linear gives the skinny kernel (decode-sized inputs): timed beside the three
+      // products, and checked at every such m.
+      const bool skinny = cuda::detail::skinny_linear_fits(
+          {.x = dx.data(), .w = w16.data(), .y = dy.data(), .m = m, .n = p.n, .k = p.k});
       if (!checked || skinny) {
         gpu.linear(f32);
         check(x, w, dy.download(), m, p.n, p.k, "FP32-weight");

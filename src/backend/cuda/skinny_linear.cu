@@ -15,7 +15,9 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerCta = 4;
 // Chunks of each row a thread loads before it multiplies: kRowsPerCta x kUnroll 16-byte loads
 // in flight a thread, 32 KB a CTA. Up to 4 rows of x a thread needs at most 128 registers, so
-// two CTAs share an SM; past that, one (about 160 registers; capped at 128, ptxas spills).
+// two CTAs share an SM; past that, one (about 160 registers; capped at 128, ptxas spills). With
+// one CTA an SM and x read through L1 by every 4 rows, 8 rows of x stream a wide weight at
+// about half the copy bandwidth: those shapes go to the three products (skinny_linear_fits).
 constexpr int kUnroll = 2;
 template <int M> constexpr int kCtasPerSm = M <= 4 ? 2 : 1;
 
@@ -104,8 +106,10 @@ cudaError_t launch(const SkinnyLinearArgs& a, cudaStream_t stream) {
 
 bool skinny_linear_fits(const SkinnyLinearArgs& a) {
   const auto misaligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 != 0; };
-  return a.m >= 1 && a.m <= kSkinnyMaxRows && a.n >= 1 && a.k >= 8 && a.k % 8 == 0 && a.k <= int64_t{0x7FFFFFFF} &&
-         (a.n + kRowsPerCta - 1) / kRowsPerCta <= int64_t{0x7FFFFFFF} && !misaligned(a.x) && !misaligned(a.w);
+  const bool sizes = a.n >= 1 && a.k >= 8 && a.k % 8 == 0 && a.k <= int64_t{0x7FFFFFFF} &&
+                     (a.n + kRowsPerCta - 1) / kRowsPerCta <= int64_t{0x7FFFFFFF};
+  if (!sizes || misaligned(a.x) || misaligned(a.w) || a.m < 1) return false;
+  return a.m <= kSkinnyMaxRows || (a.m <= kSkinnyNarrowMaxRows && a.n * a.k * 2 <= kSkinnyNarrowBytes);
 }
 
 cudaError_t launch_skinny_linear(const SkinnyLinearArgs& a, cudaStream_t stream) {
