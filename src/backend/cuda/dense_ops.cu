@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "backend/cuda/dense_ops.h"
-#include "backend/cuda/dependent_launch.cuh"
 
 namespace fp4::cuda::detail {
 namespace {
@@ -30,7 +29,6 @@ __device__ __forceinline__ double block_sum(double v, double* shared) {
 // sum back before the reduction; after it, the same thread scales the same elements, so y may
 // be x itself.
 __global__ void __launch_bounds__(kNormThreads) norm_kernel(const NormArgs a) {
-  allow_dependent_launch();  // a skinny projection after it starts streaming its weight (skinny_linear.cu)
   __shared__ double partial[kNormThreads / 32];
   const int64_t row = blockIdx.x;
   const float* x = a.x + row * a.dim;
@@ -73,7 +71,6 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeArgs a) {
 }
 
 __global__ void __launch_bounds__(kGatherThreads) gather_rows_kernel(const GatherRowsParams p) {
-  allow_dependent_launch();  // a skinny projection after it starts streaming its weight (skinny_linear.cu)
   const int64_t row = blockIdx.x;
   const int32_t id = p.ids[row];
   const bool bad = id < 0 || id >= p.table_rows;

@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/moe_math.h"
-#include "backend/cuda/dependent_launch.cuh"
 #include "formats/minifloat.h"
 
 namespace fp4::cuda::detail {
@@ -66,7 +65,6 @@ __global__ void __launch_bounds__(kThreads) router_kernel(const RouterParams p) 
 }
 
 __global__ void __launch_bounds__(kThreads) gated_activation_kernel(const GatedActivationParams p) {
-  allow_dependent_launch();  // a skinny projection after it starts streaming its weight (skinny_linear.cu)
   const int64_t r = blockIdx.x;
   const int64_t i = int64_t{blockIdx.y} * kThreads + threadIdx.x;
   if (i >= p.inter) return;

@@ -247,7 +247,6 @@ __global__ void __launch_bounds__(kThreads) attention_cuda_core(const AttentionA
 constexpr int kMergeThreads = 256, kMergeRows = kMergeThreads / 32;
 
 __global__ void __launch_bounds__(kMergeThreads) merge_splits(const AttentionArgs a) {
-  allow_dependent_launch();  // a skinny projection after it starts streaming its weight (skinny_linear.cu)
   wait_for_prerequisite_grid();
   const int64_t rows = int64_t{a.tokens} * a.q_heads;
   const int64_t row = int64_t{blockIdx.x} * kMergeRows + threadIdx.x / 32;

@@ -7,8 +7,6 @@
 
 #include <cstdint>
 
-#include "backend/cuda/dependent_launch.cuh"
-
 namespace fp4::cuda::detail {
 namespace {
 
@@ -38,8 +36,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<M>) skinny_linear_kernel(
   const uint16_t* w = a.w + first_row * a.k;
   const int rows = static_cast<int>(min(int64_t{kRowsPerCta}, a.n - first_row));  // the last CTA's may be fewer
   float acc[kRowsPerCta][M] = {};
-  uint4 wv[kUnroll][kRowsPerCta];
-  const auto load_weights = [&](int c0) {
+  for (int c0 = threadIdx.x; c0 < chunks; c0 += kUnroll * kThreads) {
+    uint4 wv[kUnroll][kRowsPerCta];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kThreads;
@@ -48,15 +46,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<M>) skinny_linear_kernel(
         wv[u][r] = r < rows && c < chunks ? load_streaming(w + r * a.k + 8 * c) : make_uint4(0, 0, 0, 0);
       }
     }
-  };
-  // A programmatic dependent of the kernel before (launch_skinny_linear): the weight is no
-  // kernel's output, so the first chunks are in flight while that kernel ends; x and y only
-  // after it has.
-  allow_dependent_launch();
-  load_weights(threadIdx.x);
-  wait_for_prerequisite_grid();
-  for (int c0 = threadIdx.x; c0 < chunks; c0 += kUnroll * kThreads) {
-    if (c0 != static_cast<int>(threadIdx.x)) load_weights(c0);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kThreads;
@@ -109,7 +98,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<M>) skinny_linear_kernel(
 template <int M>
 cudaError_t launch(const SkinnyLinearArgs& a, cudaStream_t stream) {
   const int64_t ctas = (a.n + kRowsPerCta - 1) / kRowsPerCta;
-  return launch_dependent(skinny_linear_kernel<M>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), 0, stream, a);
+  skinny_linear_kernel<M><<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
 }
 
 }  // namespace
