@@ -58,6 +58,12 @@ r = run("bench", "--only", "attention", "--attention-splits", "17")
 check(r.returncode != 0 and "--attention-splits" in r.stderr, "bench --attention-splits past 16 is refused")
 r = run("bench", "--only", "attention", "--attention-splits", "16", "--batch", "1", "--cpu-only")
 check(r.returncode == 0, "bench --attention-splits takes 1-16 with the attention section")
+# bench --profile-ops times the model section's layer op by op, so it needs that section.
+r = run("bench", "--only", "indexer", "--profile-ops")
+check(r.returncode == 2 and "--profile-ops" in r.stderr and "model section" in r.stderr,
+      "bench --profile-ops without the model section exits 2")
+r = run("bench", "--only", "model", "--profile-ops", "--batch", "1", "--cpu-only")
+check(r.returncode == 0, "bench --profile-ops takes the model section")
 r = run("--version")
 check(r.returncode == 0 and "fp4serve" in r.stdout, "--version")
 

@@ -39,6 +39,8 @@ struct Options {
   // The sparse decode attention's split count, forced (0: the split plan's own choice), so that
   // the plan's cost model can be checked against the counts it did not pick.
   int attention_splits = 0;
+  // With the model section: also each op of a layer timed one by one (NVFP4 caches, 64K).
+  bool profile_ops = false;
 };
 
 // The sections that sweep decode batch sizes, and their sizes: --batch picks among them.

@@ -73,6 +73,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "Force the sparse decode attention's split count (0: the split plan's). The launch takes "
                   "the count of equal shares of the 16 selected pages it gives (5 -> 4), and the rows name it")
       ->capture_default_str()->check(CLI::Range(0, 16));
+  sub->add_flag("--profile-ops", options->profile_ops,
+                "With the model section: also time each op of a layer one by one (NVFP4 caches at 64K, "
+                "steps op by op), per layer");
   sub->add_option("--json", *json_path, "Also write the rows to this JSON file");
   CLI::App* serve = add_bench_serve_command(*sub, exit_code);
   CLI::App* capacity = add_bench_capacity_command(*sub, exit_code);
@@ -108,6 +111,9 @@ namespace fp4::bench {
 std::string check_options(const Options& options) {
   if (options.attention_splits > 0 && !options.runs("attention")) {
     return "--attention-splits applies to the attention section, which is not selected";
+  }
+  if (options.profile_ops && !options.runs("model")) {
+    return "--profile-ops applies to the model section, which is not selected";
   }
   if (options.batches.empty()) return "";
   std::vector<std::string> swept;  // the selected sections that sweep batch sizes, with their sizes

@@ -15,11 +15,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
+#include "backend/profiling_backend.h"
 #include "core/check.h"
 #include "model/forward.h"
 #include "model/presets.h"
@@ -127,45 +129,109 @@ struct Bench {
   std::unique_ptr<model::ResidentWeights> resident;
 };
 
+// A decode step of `batch` sequences at `context` tokens: the caches, filled with one valid byte
+// pattern on `stream`, and the batch.
+struct DecodeStep {
+  model::KvMemory cache;
+  model::StepBatch batch;
+  DecodeStep(const model::ModelConfig& config, Backend& backend, cudaStream_t stream, kvcache::PageDType dtype,
+             int64_t sequences, int64_t context)
+      : cache(config, {dtype, dtype}, kDistinctPages, backend) {
+    for (int64_t l = 0; l < config.num_layers; ++l) {
+      model::LayerCache& lc = cache.layer(l);
+      // 0x38: E4M3 1.0 (NVFP4 scales and FP8 values), E2M1 code pairs of 4.0, BF16 4.4e-5.
+      FP4_CUDA_CHECK(cudaMemsetAsync(lc.kv_pages.data(), 0x38, lc.kv_pages.size(), stream));
+      FP4_CUDA_CHECK(cudaMemsetAsync(lc.index_pages.data(), 0x38, lc.index_pages.size(), stream));
+      lc.kv_scales = {0.01f, 0.01f};
+    }
+    const int64_t blocks = (context + kvcache::kPageTokens - 1) / kvcache::kPageTokens;
+    std::mt19937_64 rng(static_cast<uint64_t>(sequences * 7919 + context));
+    for (int64_t i = 0; i < sequences; ++i) {
+      batch.tokens.push_back(static_cast<int32_t>(rng() % kVocab));
+      batch.positions.push_back(static_cast<int32_t>(context - 1));
+      batch.seq_of_token.push_back(static_cast<int32_t>(i));
+      batch.logit_rows.push_back(static_cast<int32_t>(i));
+      // The last block, where the step writes its token, is the sequence's own page (slots of
+      // one step must be distinct); the others cycle through the rest of the pool.
+      for (int64_t j = 0; j + 1 < blocks; ++j) {
+        batch.block_tables.push_back(static_cast<int32_t>((i * blocks + j) % (kDistinctPages - sequences)));
+      }
+      batch.block_tables.push_back(static_cast<int32_t>(kDistinctPages - 1 - i));
+    }
+    batch.num_seqs = sequences;
+    batch.max_blocks = blocks;
+  }
+};
+
 // Milliseconds per decode step: the first step records the graph (or, op by op, warms up),
 // then the median of `reps`.
 double step_ms(const Bench& b, cuda::CudaBackend& gpu, kvcache::PageDType dtype, int64_t batch, int64_t context,
                int reps, bool graphs) {
-  model::KvMemory cache(b.config, {dtype, dtype}, kDistinctPages, gpu);
-  for (int64_t l = 0; l < b.config.num_layers; ++l) {
-    model::LayerCache& lc = cache.layer(l);
-    // 0x38: E4M3 1.0 (NVFP4 scales and FP8 values), E2M1 code pairs of 4.0, BF16 4.4e-5.
-    FP4_CUDA_CHECK(cudaMemsetAsync(lc.kv_pages.data(), 0x38, lc.kv_pages.size(), gpu.stream()));
-    FP4_CUDA_CHECK(cudaMemsetAsync(lc.index_pages.data(), 0x38, lc.index_pages.size(), gpu.stream()));
-    lc.kv_scales = {0.01f, 0.01f};
-  }
-  model::ModelRunner runner(b.config, b.weights, *b.resident, gpu, cache);
+  DecodeStep step(b.config, gpu, gpu.stream(), dtype, batch, context);
+  model::ModelRunner runner(b.config, b.weights, *b.resident, gpu, step.cache);
   runner.set_graphs(graphs);
-  const int64_t blocks = (context + kvcache::kPageTokens - 1) / kvcache::kPageTokens;
-  model::StepBatch s;
-  std::mt19937_64 rng(static_cast<uint64_t>(batch * 7919 + context));
-  for (int64_t i = 0; i < batch; ++i) {
-    s.tokens.push_back(static_cast<int32_t>(rng() % kVocab));
-    s.positions.push_back(static_cast<int32_t>(context - 1));
-    s.seq_of_token.push_back(static_cast<int32_t>(i));
-    s.logit_rows.push_back(static_cast<int32_t>(i));
-    // The last block, where the step writes its token, is the sequence's own page (slots of one
-    // step must be distinct); the others cycle through the rest of the pool.
-    for (int64_t j = 0; j + 1 < blocks; ++j) {
-      s.block_tables.push_back(static_cast<int32_t>((i * blocks + j) % (kDistinctPages - batch)));
-    }
-    s.block_tables.push_back(static_cast<int32_t>(kDistinctPages - 1 - i));
-  }
-  s.num_seqs = batch;
-  s.max_blocks = blocks;
-  runner.forward(s);  // records, or warms up
+  runner.forward(step.batch);  // records, or warms up
   std::vector<double> ms;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    runner.forward(s);  // the KV slot of position context - 1 is rewritten each time: same work
+    runner.forward(step.batch);  // the KV slot of position context - 1 is rewritten each time: same work
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   return cuda::median_of(ms);
+}
+
+// Each op's calls and milliseconds per decode step, timed one by one (ProfilingBackend: an event
+// before and after every op, steps op by op), over `steps` steps after one that warms up.
+std::map<std::string, ProfilingBackend::OpTime> op_ms_per_step(const model::ModelConfig& config,
+                                                               const model::ModelWeights& weights,
+                                                               const model::ResidentWeights& resident,
+                                                               ProfilingBackend& profile, cudaStream_t stream,
+                                                               int64_t batch, int64_t context, int steps) {
+  DecodeStep step(config, profile, stream, kvcache::PageDType::kNVFP4, batch, context);
+  model::ModelRunner runner(config, weights, resident, profile, step.cache);
+  runner.set_graphs(false);
+  runner.forward(step.batch);
+  profile.reset();
+  for (int r = 0; r < steps; ++r) runner.forward(step.batch);
+  std::map<std::string, ProfilingBackend::OpTime> per_step;
+  for (ProfilingBackend::OpTime t : profile.totals()) {
+    t.ms /= steps;
+    per_step[t.op] = t;
+  }
+  return per_step;
+}
+
+// A layer's ops timed one by one on NVFP4 caches at 64K, per layer as (3 layers - 1 layer) / 2
+// of each op's time per step (which cancels the embedding, the LM head and the step's copies):
+// what a layer spends its time on. The weights are placed afresh behind the profiling backend.
+std::vector<Row> profile_layer_ops(const std::string& device, const Bench& one, const Bench& three,
+                                   const Options& options) {
+  constexpr int64_t kContext = 65536;
+  auto gpu = std::make_unique<cuda::CudaBackend>();
+  const cudaStream_t stream = gpu->stream();
+  ProfilingBackend profile(std::move(gpu));
+  // Declared after `profile`, so released through it before it goes.
+  const model::ResidentWeights resident1(one.weights, profile), resident3(three.weights, profile);
+  const int steps = std::max(3, options.reps / 2);
+  std::vector<Row> rows;
+  for (int64_t batch : batch_sweep("model")) {
+    if (!options.runs_batch(batch)) continue;
+    const auto t1 = op_ms_per_step(one.config, one.weights, resident1, profile, stream, batch, kContext, steps);
+    const auto t3 = op_ms_per_step(three.config, three.weights, resident3, profile, stream, batch, kContext, steps);
+    double total = 0;
+    for (const auto& [op, t] : t3) {
+      const auto it = t1.find(op);
+      const double ms = (t.ms - (it != t1.end() ? it->second.ms : 0.0)) / 2;
+      const double calls = double(t.calls - (it != t1.end() ? it->second.calls : 0)) / (2.0 * steps);
+      if (calls <= 0) continue;  // the step's own ops, not a layer's
+      total += ms;
+      rows.push_back({device, fmt::format("m3.1-flash layer op {} nvfp4 (one by one)", op),
+                      fmt::format("b{} x {}K, {:.0f} calls/layer", batch, kContext / 1024, calls), 0, ms, 0, false});
+    }
+    rows.push_back({device, "m3.1-flash layer ops nvfp4 (one by one), sum",
+                    fmt::format("b{} x {}K", batch, kContext / 1024), 0, total, 0, false});
+  }
+  return rows;
 }
 
 // Bytes one layer must move for one decode step: its weights (attention and the shared expert
@@ -218,6 +284,13 @@ std::vector<Row> bench_model_decode(const std::string& device, double copy_gbps,
         }
       }
     }
+  }
+  if (options.profile_ops) {
+    // The recorded steps' weights go first: the profile places its own.
+    one.resident.reset();
+    three.resident.reset();
+    const std::vector<Row> ops = profile_layer_ops(device, one, three, options);
+    rows.insert(rows.end(), ops.begin(), ops.end());
   }
   return rows;
 }
