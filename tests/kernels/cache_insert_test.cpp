@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/gpu_test.h"
 #include "tests/support/random.h"
 
 namespace fp4 {
@@ -115,12 +116,7 @@ void run_case(PageDType dtype, const Shape& shape, int64_t tokens, int skipped, 
   }
 }
 
-class CacheInsertKernel : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
-  }
-};
+class CacheInsertKernel : public testing::GpuTest {};
 
 const Shape kShapes[] = {
     {false, 4, 128},  // M3 main K/V

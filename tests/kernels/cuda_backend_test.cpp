@@ -38,19 +38,14 @@
 #include "backend/cuda/dense_ops.h"
 #include "backend/cuda/device.h"
 #include "formats/minifloat.h"
+#include "tests/support/gpu_test.h"
+#include "tests/support/linear_bound.h"
 #include "tests/support/random.h"
 
 namespace fp4 {
 namespace {
 
-class CudaBackendOps : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
-    gpu_ = std::make_unique<cuda::CudaBackend>();
-  }
-  std::unique_ptr<cuda::CudaBackend> gpu_;
-};
+class CudaBackendOps : public testing::CudaBackendTest {};
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
@@ -178,13 +173,7 @@ TEST_F(CudaBackendOps, LinearWithinTheSummationBound) {
     cpu::linear({.x = x.data(), .w = w.data(), .y = y.data(), .m = s.m, .n = s.n, .k = s.k});
     const auto got = gy.download();
     const double u = 0x1p-24, gamma = s.k * u / (1 - s.k * u);
-    for (int64_t i = 0; i < s.m; ++i) {
-      for (int64_t j = 0; j < s.n; ++j) {
-        double mag = 0;
-        for (int64_t l = 0; l < s.k; ++l) mag += std::abs(double(x[i * s.k + l]) * w[j * s.k + l]);
-        ASSERT_LE(std::abs(double(got[i * s.n + j]) - y[i * s.n + j]), 2 * gamma * mag) << i << ", " << j;
-      }
-    }
+    ASSERT_GE(testing::check_linear_within(x, w, got, y, s.m, s.n, s.k, 2 * gamma), 0);
   }
 }
 
@@ -218,16 +207,8 @@ TEST_F(CudaBackendOps, LinearWithBf16WeightsWithinTheSummationBound) {
     const auto got = gy.download();
     const double u = 0x1p-24, gamma = s.k * u / (1 - s.k * u);
     const double u_tc = 0x1p-23, gamma_tc = (s.k + 2) * u_tc / (1 - (s.k + 2) * u_tc);
-    int64_t exact = 0;
-    for (int64_t i = 0; i < s.m; ++i) {
-      for (int64_t j = 0; j < s.n; ++j) {
-        double mag = 0;
-        for (int64_t l = 0; l < s.k; ++l) mag += std::abs(double(x[i * s.k + l]) * w[j * s.k + l]);
-        const double diff = std::abs(double(got[i * s.n + j]) - y[i * s.n + j]);
-        ASSERT_LE(diff, (gamma + 1.01 * gamma_tc) * mag) << i << ", " << j;
-        exact += diff == 0;
-      }
-    }
+    const int64_t exact = testing::check_linear_within(x, w, got, y, s.m, s.n, s.k, gamma + 1.01 * gamma_tc);
+    ASSERT_GE(exact, 0);
     // Not a bound, a sign the split is not dropping bits: a lost x_lo alone would leave errors
     // near 2^-16 S, far above these.
     std::printf("[  CHECKED ] %lld of %lld outputs equal the CPU's\n", static_cast<long long>(exact),

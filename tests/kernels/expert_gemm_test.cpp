@@ -15,6 +15,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/expert_gemm.h"
 #include "formats/minifloat.h"
+#include "tests/support/gpu_test.h"
 #include "tests/support/random.h"
 
 namespace fp4 {
@@ -143,12 +144,7 @@ void run_case(const std::vector<int32_t>& rows_per_expert, int64_t n, int64_t k,
   }
 }
 
-class ExpertGemmKernel : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
-  }
-};
+class ExpertGemmKernel : public testing::GpuTest {};
 
 TEST_F(ExpertGemmKernel, MatchesCpuOnRandomWeights) {
   auto rng = testing::seeded_rng(41);

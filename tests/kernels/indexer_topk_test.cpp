@@ -29,6 +29,7 @@
 #include "formats/e4m3_query.h"
 #include "kvcache/page_io.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/gpu_test.h"
 #include "tests/support/paged_batch.h"
 #include "tests/support/random.h"
 
@@ -301,11 +302,8 @@ double check_scores(const Case& c, const std::vector<float>& scores, Path path) 
   return worst;
 }
 
-class IndexerKernel : public ::testing::Test {
+class IndexerKernel : public testing::GpuTest {
  protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
-  }
 
   // Both entry points (caller's workspace, stream-ordered allocation), each after its own
   // poison, for each way of scoring; the block scores of the caller's workspace are checked

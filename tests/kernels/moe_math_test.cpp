@@ -15,6 +15,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/moe_math.h"
 #include "formats/minifloat.h"
+#include "tests/support/gpu_test.h"
 #include "tests/support/random.h"
 
 namespace fp4 {
@@ -122,12 +123,7 @@ void run_activation(int64_t m, int64_t inter, GatedActivation kind, bool bf16_ou
   }
 }
 
-class MoeMathKernel : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
-  }
-};
+class MoeMathKernel : public testing::GpuTest {};
 
 TEST_F(MoeMathKernel, RouterMatchesCpu) {
   auto rng = testing::seeded_rng(61);

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/moe_ops.h"
+#include "tests/support/gpu_test.h"
 #include "tests/support/random.h"
 
 namespace fp4 {
@@ -97,12 +98,7 @@ void run_case(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, bo
   EXPECT_TRUE(same_bits(d_out.download_vector<float>(tokens * hidden), want)) << "combine differs from the CPU's bits";
 }
 
-class MoeOpsKernel : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
-  }
-};
+class MoeOpsKernel : public testing::GpuTest {};
 
 TEST_F(MoeOpsKernel, MatchCpuBitForBit) {
   auto rng = testing::seeded_rng(51);

@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/pre_attention.h"
+#include "tests/support/gpu_test.h"
 #include "tests/support/random.h"
 
 namespace fp4 {
@@ -299,12 +300,7 @@ void run_case(const Geometry& g, PageDType kv_dtype, PageDType index_dtype, std:
   }
 }
 
-class PreAttentionKernel : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
-  }
-};
+class PreAttentionKernel : public testing::GpuTest {};
 
 const PageDType kDtypes[] = {PageDType::kFP32, PageDType::kBF16, PageDType::kFP8, PageDType::kNVFP4};
 

@@ -12,6 +12,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/quantize.h"
 #include "formats/minifloat.h"
+#include "tests/support/gpu_test.h"
 #include "tests/support/random.h"
 
 namespace fp4 {
@@ -105,12 +106,7 @@ void run_case(const Case& c, std::mt19937_64& rng) {
   }
 }
 
-class QuantizeKernels : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
-  }
-};
+class QuantizeKernels : public testing::GpuTest {};
 
 TEST_F(QuantizeKernels, BitExactAgainstCpuReference) {
   auto rng = testing::seeded_rng(1);

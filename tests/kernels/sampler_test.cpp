@@ -24,6 +24,7 @@
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "sampling/sampler.h"
+#include "tests/support/gpu_test.h"
 #include "tests/support/random.h"
 
 namespace fp4 {
@@ -372,12 +373,7 @@ void print(const char* what, const Stats& s) {
               what, s.rows, s.refused, s.with_logprobs, s.ambiguous, s.differs, s.tokens.size());
 }
 
-class SamplerKernel : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
-  }
-};
+class SamplerKernel : public testing::GpuTest {};
 
 TEST_F(SamplerKernel, MixedBatchesMatchTheHost) {
   auto rng = testing::seeded_rng(71);

@@ -18,19 +18,14 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/skinny_linear.h"
 #include "formats/minifloat.h"
+#include "tests/support/gpu_test.h"
+#include "tests/support/linear_bound.h"
 #include "tests/support/random.h"
 
 namespace fp4 {
 namespace {
 
-class SkinnyLinear : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible; kernel tests need one";
-    gpu_ = std::make_unique<cuda::CudaBackend>();
-  }
-  std::unique_ptr<cuda::CudaBackend> gpu_;
-};
+class SkinnyLinear : public testing::CudaBackendTest {};
 
 TEST_F(SkinnyLinear, WithinTheFp32SummationBoundOfTheCpu) {
   auto rng = testing::seeded_rng(91);
@@ -61,13 +56,7 @@ TEST_F(SkinnyLinear, WithinTheFp32SummationBoundOfTheCpu) {
     cpu::linear({.x = x.data(), .w = w.data(), .y = y.data(), .m = s.m, .n = s.n, .k = s.k});
     const auto got = gy.download();
     const double u = 0x1p-24, gamma = s.k * u / (1 - s.k * u);
-    for (int64_t i = 0; i < s.m; ++i) {
-      for (int64_t j = 0; j < s.n; ++j) {
-        double mag = 0;
-        for (int64_t l = 0; l < s.k; ++l) mag += std::abs(double(x[i * s.k + l]) * w[j * s.k + l]);
-        ASSERT_LE(std::abs(double(got[i * s.n + j]) - y[i * s.n + j]), 2 * gamma * mag) << i << ", " << j;
-      }
-    }
+    ASSERT_GE(testing::check_linear_within(x, w, got, y, s.m, s.n, s.k, 2 * gamma), 0);
     for (int64_t i = s.m * s.n; i < s.m * s.n + kGuard; ++i) ASSERT_TRUE(std::isnan(got[i])) << "written past y at " << i;
   }
 }
