@@ -84,5 +84,31 @@ TEST_F(SkinnyLinear, RefusesShapesItDoesNotTake) {
   }
 }
 
+// The rule linear routes by (no GPU needed: it reads sizes and addresses only). Up to 4 rows of
+// x on any weight; 5-8 only on weights of at most kSkinnyNarrowBytes, where the three products'
+// fixed cost outweighs the kernel's slower stream (bench/RESULTS.md, 2026-12-06).
+TEST(SkinnyLinearRule, TakesDecodeSizedShapesOnly) {
+  alignas(16) static float x[16];
+  alignas(16) static uint16_t w[16];
+  const auto fits_at = [](int64_t m, int64_t n, int64_t k, const float* xp, const uint16_t* wp) {
+    return cuda::detail::skinny_linear_fits({.x = xp, .w = wp, .y = nullptr, .m = m, .n = n, .k = k});
+  };
+  const auto fits = [&](int64_t m, int64_t n, int64_t k) { return fits_at(m, n, k, x, w); };
+  for (int64_t m = 1; m <= 4; ++m) EXPECT_TRUE(fits(m, 8192, 6144)) << m << " rows on q's weight";
+  for (int64_t m = 5; m <= 8; ++m) {
+    EXPECT_FALSE(fits(m, 8192, 6144)) << m << " rows on q's weight";
+    EXPECT_TRUE(fits(m, 512, 6144)) << m << " rows on k's weight";
+  }
+  const int64_t narrow_rows = cuda::detail::kSkinnyNarrowBytes / (2 * 8192);  // a weight of exactly the limit
+  EXPECT_TRUE(fits(8, narrow_rows, 8192));
+  EXPECT_FALSE(fits(8, narrow_rows + 1, 8192));
+  EXPECT_FALSE(fits(9, 512, 6144));
+  EXPECT_FALSE(fits(0, 512, 6144));
+  EXPECT_FALSE(fits(1, 512, 6148));  // k not whole 16-byte chunks
+  EXPECT_FALSE(fits(1, 0, 6144));
+  EXPECT_FALSE(fits_at(1, 512, 6144, x + 1, w));  // x rows not 16-byte aligned
+  EXPECT_FALSE(fits_at(1, 512, 6144, x, w + 4));
+}
+
 }  // namespace
 }  // namespace fp4
