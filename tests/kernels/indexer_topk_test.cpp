@@ -304,7 +304,6 @@ double check_scores(const Case& c, const std::vector<float>& scores, Path path) 
 
 class IndexerKernel : public testing::GpuTest {
  protected:
-
   // Both entry points (caller's workspace, stream-ordered allocation), each after its own
   // poison, for each way of scoring; the block scores of the caller's workspace are checked
   // too. Returns, per way, the near-tie count of its last run and the largest score error seen
