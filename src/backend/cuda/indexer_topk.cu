@@ -298,8 +298,9 @@ cudaError_t launch_indexer_scores(const IndexerArgs& a, unsigned splits, cudaStr
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(a.tokens), splits);
   // On NVFP4 pages the tensor-core kernels are programmatic dependents of the kernel before:
-  // their first chunks are on their way to the L2 while it ends. Measured on FP8 pages the same
-  // lost 7% at batch 128 and 8K-32K (bench/RESULTS.md, 2026-12-06), so the others launch plainly.
+  // their first chunks are on their way to the L2 while it ends. On FP8 pages the early launch
+  // lost 7% at batch 128 and 8K-32K, with or without the prefetch (bench/RESULTS.md,
+  // 2026-12-06), so the others launch plainly.
   if (a.dtype == PageDType::kNVFP4 && indexer_score_on_tensor_cores(a)) {
     return launch_dependent(v.kernel, grid, dim3(kScoreThreads), v.smem, stream, a);
   }
