@@ -4,6 +4,7 @@
 // so it comes through L1 while the weight's loads skip it. The partial sums are reduced in a
 // fixed order (warp shuffles, then the warps in turn), so a result does not depend on timing.
 #include "backend/cuda/skinny_linear.h"
+#include "backend/cuda/streaming_loads.cuh"
 
 #include <cstdint>
 
@@ -21,14 +22,6 @@ constexpr int kRowsPerCta = 4;
 constexpr int kUnroll = 2;
 template <int M> constexpr int kCtasPerSm = M <= 4 ? 2 : 1;
 
-__device__ __forceinline__ uint4 load_streaming(const uint16_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 template <int M>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm<M>) skinny_linear_kernel(SkinnyLinearArgs a) {
   const int64_t first_row = int64_t{blockIdx.x} * kRowsPerCta;
@@ -43,7 +36,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<M>) skinny_linear_kernel(
       const int c = c0 + u * kThreads;
 #pragma unroll
       for (int r = 0; r < kRowsPerCta; ++r) {
-        wv[u][r] = r < rows && c < chunks ? load_streaming(w + r * a.k + 8 * c) : make_uint4(0, 0, 0, 0);
+        wv[u][r] = r < rows && c < chunks ? load_streaming16(w + r * a.k + 8 * c) : make_uint4(0, 0, 0, 0);
       }
     }
 #pragma unroll
