@@ -1,8 +1,8 @@
-// The NVFP4 expert matmul on the GPU, both kernels (FP16 and BF16 MMAs), against
-// fp4::cpu::expert_gemm on the same weights and activations: experts with no token, one, a
-// partial MMA tile, whole tiles and more than one pass of 32 tokens; random codes (all 16,
-// NaN-free by construction), E4M3 block scales over the normal and subnormal range and zero,
-// random global scales, rows of very different magnitudes; outputs poisoned first.
+// The NVFP4 expert matmul on the GPU, every kernel (FP16 and BF16 MMAs, FP32 on the CUDA cores),
+// against fp4::cpu::expert_gemm on the same weights and activations: experts with no token, one, a
+// partial MMA tile, whole tiles and more than one pass of 32 tokens; random codes (all 16, NaN-free
+// by construction), E4M3 block scales over the normal and subnormal range and zero, random global
+// scales, rows of very different magnitudes; outputs poisoned first.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -91,16 +91,17 @@ void run_case(const std::vector<int32_t>& rows_per_expert, int64_t n, int64_t k,
   using V = cuda::ExpertGemmF16Variant;
   const cuda::ExpertGemmOptions kernels[] = {{cuda::ExpertGemmKernel::kF16, V::kWarpRing},
                                              {cuda::ExpertGemmKernel::kF16, V::kSharedX},
-                                             {cuda::ExpertGemmKernel::kBf16, V::kWarpRing}};
+                                             {cuda::ExpertGemmKernel::kBf16, V::kWarpRing},
+                                             {cuda::ExpertGemmKernel::kSkinny, V::kAuto}};
   for (const cuda::ExpertGemmOptions& options : kernels) {
     const bool f16 = options.kernel == cuda::ExpertGemmKernel::kF16;
-    // Rows near 2^-120 make the BF16 kernel's products subnormal floats, outside what its bound
-    // covers; the FP16 kernel scales them up first.
+    // Rows near 2^-120 make the BF16 and skinny kernels' products subnormal floats, outside what
+    // their bound covers; the FP16 kernel scales them up first.
     if (extreme && !f16) continue;
+    const char* names[] = {"auto", "BF16", "FP16", "skinny"};
     SCOPED_TRACE(::testing::Message() << experts << " experts of [" << n << ", " << k << "]" << (exact ? ", exact" : "")
-                                      << (extreme ? ", extreme rows" : "")
-                                      << (f16 ? ", FP16 kernel, variant " : ", BF16 kernel")
-                                      << (f16 ? static_cast<int>(options.f16_variant) : 0));
+                                      << (extreme ? ", extreme rows" : "") << ", " << names[int(options.kernel)]
+                                      << " kernel, variant " << static_cast<int>(options.f16_variant));
     cuda::DeviceBuffer d_y(std::max<int64_t>(rows * n, 1) * 4);
     d_y.fill(0xFF);  // NaN: a row or feature left unwritten fails
     ExpertGemmParams d = c;
@@ -119,14 +120,16 @@ void run_case(const std::vector<int32_t>& rows_per_expert, int64_t n, int64_t k,
     for (int64_t e = 0; e < experts; ++e) {
       for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
         for (int64_t j = 0; j < n; ++j) {
-          // Bound: every product x * w is exact in FP32 (BF16 x BF16, or FP16 x FP16 of the
-          // same values times powers of two), so only the sums round. The MMA accumulates k
-          // products in FP32; taking each of its additions as off by at most 2 u of the running
-          // magnitude (the adder may truncate), itself at most S = sum |x w|, gives 2k u S. The
-          // hardware adds 16 products and the accumulator at a time, so the worst case is 17/16
-          // of that: 2.125k u S. The CPU's double sum is exact to 2^-53 k S and rounds once to
-          // float (u S). Both multiply by g once (u each); the FP16 kernel's power of two after
-          // g is exact. So |got - want| <= g S (2.125k + 4) u.
+          // Bound: every product x * w is exact in FP32 (BF16 x BF16, FP16 x FP16 of the same
+          // values times powers of two, or BF16 x the value times 2^-14 on the CUDA cores), so only
+          // the sums round. (The skinny kernel's sums of 16 products, each then times its block
+          // scale, are k + k / 16 roundings of at most u of a partial magnitude, within the bound
+          // below.) The MMA accumulates k products in FP32; taking each of its additions as off by
+          // at most 2 u of the running magnitude (the adder may truncate), itself at most S = sum
+          // |x w|, gives 2k u S. The hardware adds 16 products and the accumulator at a time, so
+          // the worst case is 17/16 of that: 2.125k u S. The CPU's double sum is exact to 2^-53 k S
+          // and rounds once to float (u S). Both multiply by g once (u each); the FP16 kernel's
+          // power of two after g is exact. So |got - want| <= g S (2.125k + 4) u.
           double tol = magnitude[r * n + j] * (2.125 * k + 4) * u;
           // The FP16 kernel rounds x 2^s to FP16, s putting M_r = max |x| of the row in
           // [2^14, 2^15) (s capped at 127): exact from 2^-17 up, since BF16 has 8 significant
@@ -182,9 +185,42 @@ TEST_F(ExpertGemmKernel, MatchesCpuOnRandomWeights) {
   // The warp ring's CTAs start along k at step (CTA mod steps): 5 CTAs of an expert over 5
   // steps, the one-block step landing at every place of a CTA's order.
   run_case({3, 5, 0, 9}, 320, 1152, false, rng);
+  if (HasFatalFailure()) return;
+  // One token's four experts at the M3 width of k (the skinny kernel's lanes take 6 chunks
+  // each, one in flight beside the one they multiply), and a k whose 100 chunks leave lanes 4-31
+  // one fewer than lanes 0-3.
+  run_case({1, 0, 1, 1, 0, 1}, 64, 6144, false, rng);
+  if (HasFatalFailure()) return;
+  run_case({0, 1, 1}, 128, 3200, false, rng);
 }
 
 // The choice is host logic: it runs without a GPU too.
+TEST(ExpertGemmChoice, AutoTakesTheSkinnyKernelForOneTokensExperts) {
+  ExpertGemmParams p{.scales = reinterpret_cast<const uint8_t*>(uintptr_t{256}), .rows = 4, .experts = 128,
+                     .n = 6144, .k = 6144};  // a decode step of one token, top-4
+  EXPECT_EQ(cuda::expert_gemm_kernel_for(p), cuda::ExpertGemmKernel::kSkinny);
+  p.rows = 1;
+  EXPECT_EQ(cuda::expert_gemm_kernel_for(p), cuda::ExpertGemmKernel::kSkinny);
+  p.rows = 5;
+  EXPECT_EQ(cuda::expert_gemm_kernel_for(p), cuda::ExpertGemmKernel::kF16);
+  p.rows = 4;
+  p.k = 32768;  // a row of x would not fit its shared memory
+  EXPECT_EQ(cuda::expert_gemm_kernel_for(p), cuda::ExpertGemmKernel::kF16);
+  EXPECT_EQ(cuda::expert_gemm_kernel_for(p, {.kernel = cuda::ExpertGemmKernel::kSkinny}),
+            cuda::ExpertGemmKernel::kSkinny);
+}
+
+TEST(ExpertGemmChoice, TheSkinnyKernelRefusesRowsOfXThatWouldNotFitItsSharedMemory) {
+  // Checked before anything is launched: the pointers are never read.
+  const auto fake = [](uintptr_t at) { return reinterpret_cast<const uint8_t*>(at); };
+  float* y = reinterpret_cast<float*>(uintptr_t{4096});
+  const ExpertGemmParams p{.x = reinterpret_cast<const uint16_t*>(fake(1024)),
+                           .row_offsets = reinterpret_cast<const int32_t*>(fake(2048)), .values = fake(256),
+                           .scales = fake(512), .global_scales = reinterpret_cast<const float*>(fake(768)), .y = y,
+                           .rows = 1, .experts = 4, .n = 64, .k = 32768};
+  EXPECT_THROW(cuda::expert_gemm(p, nullptr, {.kernel = cuda::ExpertGemmKernel::kSkinny}), Error);
+}
+
 TEST(ExpertGemmChoice, AutoTakesTheFp16KernelUnlessItsScratchIsTooLarge) {
   ExpertGemmParams p{.scales = reinterpret_cast<const uint8_t*>(uintptr_t{256}), .rows = 1024, .experts = 128,
                      .n = 6144, .k = 6144};

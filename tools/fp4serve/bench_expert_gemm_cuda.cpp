@@ -3,10 +3,10 @@
 // gigabytes would dominate the run); the check runs on those 8. Beside each NVFP4 row, the same
 // layer with BF16 weights through cuBLAS: one GEMM per active expert, back to back on one stream.
 // The plain NVFP4 rows are what the engine runs (the launcher's automatic choice); the marked
-// rows are the FP16 kernel's two variants and the BF16-MMA kernel on the same inputs. Each of
-// those times one call alone between two events (the host's launches included, and the same
-// experts every time); the "(graph)" rows time 8 calls on 8 routings replayed from a CUDA graph,
-// as a decode step runs the layer.
+// rows are the FP16 kernel's two variants, the BF16-MMA kernel and the skinny kernel on the same
+// inputs. Each of those times one call alone between two events (the host's launches included,
+// and the same experts every time); the "(graph)" rows time 8 calls on 8 routings replayed from a
+// CUDA graph, as a decode step runs the layer, for the launcher's choice and each other kernel.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -43,7 +43,15 @@ constexpr Variant kVariants[] = {
     {{cuda::ExpertGemmKernel::kAuto, cuda::ExpertGemmF16Variant::kAuto}, ""},
     {{cuda::ExpertGemmKernel::kF16, cuda::ExpertGemmF16Variant::kWarpRing}, " (f16 warp ring)"},
     {{cuda::ExpertGemmKernel::kF16, cuda::ExpertGemmF16Variant::kSharedX}, " (f16 shared x)"},
-    {{cuda::ExpertGemmKernel::kBf16, cuda::ExpertGemmF16Variant::kAuto}, " (bf16 mma)"}};
+    {{cuda::ExpertGemmKernel::kBf16, cuda::ExpertGemmF16Variant::kAuto}, " (bf16 mma)"},
+    {{cuda::ExpertGemmKernel::kSkinny, cuda::ExpertGemmF16Variant::kAuto}, " (skinny)"}};
+// The skinny kernel streams an expert's weights once per row, so it is timed only where the
+// experts have a row or two (the check's 24 rows among 8 experts and batch 1 and 16 of the sweep).
+constexpr int64_t kSkinnyBenchMaxRows = 64;
+
+bool runs(const Variant& v, int64_t rows) {
+  return v.options.kernel != cuda::ExpertGemmKernel::kSkinny || rows <= kSkinnyBenchMaxRows;
+}
 
 // Fills `count` experts of `bytes_per_expert` on the device with copies of the first kDistinct.
 void replicate(cuda::DeviceBuffer& d, int64_t bytes_per_expert) {
@@ -182,6 +190,7 @@ std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, 
       const std::string shape =
           fmt::format("b{} top{} of {}, {} active, [{}, {}]", batch, kTopK, kExperts, active, m.n, m.k);
       for (const Variant& v : kVariants) {
+        if (!runs(v, n_rows)) continue;
         const double ms =
             cuda::median_ms([&](cudaStream_t s) { cuda::expert_gemm(d, s, v.options); }, 3, reps);
         rows.push_back({device, fmt::format("nvfp4 experts {}{}", m.name, v.suffix), shape, bytes, ms, copy_gbps,
@@ -210,19 +219,30 @@ std::vector<Row> bench_expert_gemm(const std::string& device, double copy_gbps, 
       mean_active /= kRoutings;
       const std::string graph_shape = fmt::format("b{} top{} of {}, {:.1f} active, [{}, {}]", batch, kTopK, kExperts,
                                                   mean_active, m.n, m.k);
-      const double graph_ms = cuda::median_graph_ms(
-                                  [&](cudaStream_t s) {
-                                    for (const cuda::DeviceBuffer& o : d_routings) {
-                                      ExpertGemmParams dr = d;
-                                      dr.row_offsets = o.as<int32_t>();
-                                      cuda::expert_gemm(dr, s);
-                                    }
-                                  },
-                                  3, reps) /
-                              kRoutings;
-      rows.push_back({device, fmt::format("nvfp4 experts {} (graph)", m.name), graph_shape,
-                      mean_active * (value_bytes + scale_bytes) + double(n_rows) * m.k * 2 + double(n_rows) * m.n * 4,
-                      graph_ms, copy_gbps, false});
+      // Each kernel too, where it is not the one the launcher picks, so that the choice is
+      // measured as the engine runs it.
+      const cuda::ExpertGemmKernel chosen = cuda::expert_gemm_kernel_for(d);
+      for (const Variant& v : kVariants) {
+        const bool automatic = v.options.kernel == cuda::ExpertGemmKernel::kAuto;
+        const bool same_as_chosen =
+            v.options.kernel == chosen && (chosen != cuda::ExpertGemmKernel::kF16 ||
+                                           v.options.f16_variant == cuda::expert_gemm_f16_variant_for(d));
+        if (!runs(v, n_rows) || (!automatic && same_as_chosen)) continue;
+        const double graph_ms = cuda::median_graph_ms(
+                                    [&](cudaStream_t s) {
+                                      for (const cuda::DeviceBuffer& o : d_routings) {
+                                        ExpertGemmParams dr = d;
+                                        dr.row_offsets = o.as<int32_t>();
+                                        cuda::expert_gemm(dr, s, v.options);
+                                      }
+                                    },
+                                    3, reps) /
+                                kRoutings;
+        const std::string suffix = automatic ? " (graph)" : fmt::format(" (graph, {}", v.suffix + 2);
+        rows.push_back({device, fmt::format("nvfp4 experts {}{}", m.name, suffix), graph_shape,
+                        mean_active * (value_bytes + scale_bytes) + double(n_rows) * m.k * 2 + double(n_rows) * m.n * 4,
+                        graph_ms, copy_gbps, false});
+      }
       const double bf16_graph_ms = cuda::median_graph_ms(
                                        [&](cudaStream_t s) {
                                          cublasSetStream(cublas, s);

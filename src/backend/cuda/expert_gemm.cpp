@@ -14,6 +14,9 @@ size_t expert_gemm_f16_scratch_bytes(const ExpertGemmParams& p) {
 
 ExpertGemmKernel expert_gemm_kernel_for(const ExpertGemmParams& p, const ExpertGemmOptions& options) {
   if (options.kernel != ExpertGemmKernel::kAuto) return options.kernel;
+  if (p.rows <= kExpertGemmSkinnyMaxRows && expert_gemm_skinny_smem_bytes(p.k) <= kExpertGemmSkinnyMaxSmem) {
+    return ExpertGemmKernel::kSkinny;
+  }
   const bool scales_aligned = reinterpret_cast<uintptr_t>(p.scales) % 8 == 0;  // its 8-byte copies
   return scales_aligned && expert_gemm_f16_scratch_bytes(p) <= kExpertGemmF16MaxScratch ? ExpertGemmKernel::kF16
                                                                                         : ExpertGemmKernel::kBf16;
@@ -37,7 +40,14 @@ void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGem
   FP4_CHECK(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.values) % 16 == 0 &&
                 reinterpret_cast<uintptr_t>(p.scales) % 2 == 0,
             "expert_gemm: x and the codes must be 16-byte aligned, the scales 2-byte aligned");
-  if (expert_gemm_kernel_for(p, options) == ExpertGemmKernel::kBf16) {
+  const ExpertGemmKernel kernel = expert_gemm_kernel_for(p, options);
+  if (kernel == ExpertGemmKernel::kSkinny) {
+    FP4_CHECK(expert_gemm_skinny_smem_bytes(p.k) <= kExpertGemmSkinnyMaxSmem,
+              "expert_gemm: the skinny kernel takes k up to {}, not {}", kExpertGemmSkinnyMaxSmem / 4, p.k);
+    FP4_CUDA_CHECK(detail::launch_expert_gemm_skinny(p, stream));
+    return;
+  }
+  if (kernel == ExpertGemmKernel::kBf16) {
     FP4_CUDA_CHECK(detail::launch_expert_gemm(p, stream));
     return;
   }

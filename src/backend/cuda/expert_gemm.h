@@ -12,12 +12,15 @@
 
 namespace fp4::cuda {
 
-// Which kernel multiplies. kF16 (what kAuto takes whenever its scratch, the activations in
-// FP16, fits in kExpertGemmF16MaxScratch and the scales are 8-byte aligned): FP16 MMAs over
-// activations scaled per row by a power of two, the weights streamed through shared memory.
-// kBf16: BF16 MMAs straight from x, no scratch (long prefill chunks). Both compute the
+// Which kernel multiplies. kSkinny (what kAuto takes for up to kExpertGemmSkinnyMaxRows rows,
+// one decode token's experts, where a row of x in FP32 fits kExpertGemmSkinnyMaxSmem): FP32 fused
+// multiply-adds on the CUDA cores, the weights loaded straight into registers, one pass over an
+// expert's weights per row. kF16 (what kAuto takes otherwise whenever its scratch, the
+// activations in FP16, fits in kExpertGemmF16MaxScratch and the scales are 8-byte aligned): FP16
+// MMAs over activations scaled per row by a power of two, the weights streamed through shared
+// memory. kBf16: BF16 MMAs straight from x, no scratch (long prefill chunks). All compute the
 // contract's exact products; docs/kernels/expert_gemm.md gives the numerics of each.
-enum class ExpertGemmKernel { kAuto, kBf16, kF16 };
+enum class ExpertGemmKernel { kAuto, kBf16, kF16, kSkinny };
 
 // How the FP16 kernel's warps get their activations. kWarpRing: each warp loads them through
 // L1 on its own schedule, its weights ring three steps ahead, the CTAs of an expert starting
@@ -40,6 +43,10 @@ size_t expert_gemm_f16_scratch_bytes(const ExpertGemmParams& p);
 // Its grid's expert slots: at most this many experts have rows.
 int64_t expert_gemm_f16_expert_slots(const ExpertGemmParams& p);
 constexpr size_t kExpertGemmF16MaxScratch = size_t{64} << 20;
+constexpr int64_t kExpertGemmSkinnyMaxRows = 4;
+// The skinny kernel holds a row of x in FP32 in shared memory: k <= 12,288.
+constexpr size_t kExpertGemmSkinnyMaxSmem = size_t{48} << 10;
+constexpr size_t expert_gemm_skinny_smem_bytes(int64_t k) { return static_cast<size_t>(k) * 4; }
 
 // The kernel and the FP16 kernel's variant that kAuto runs for these shapes.
 ExpertGemmKernel expert_gemm_kernel_for(const ExpertGemmParams& p, const ExpertGemmOptions& options = {});
@@ -61,6 +68,7 @@ constexpr int kExpertGemmRows = 64;      // output features per CTA
 constexpr int kExpertGemmStepK = 256;    // k values per main-loop step
 
 cudaError_t launch_expert_gemm(const ExpertGemmParams& p, cudaStream_t stream);
+cudaError_t launch_expert_gemm_skinny(const ExpertGemmParams& p, cudaStream_t stream);
 // `workspace`: expert_gemm_f16_scratch_bytes(p) bytes, 16-byte aligned.
 cudaError_t launch_expert_gemm_f16(const ExpertGemmParams& p, void* workspace, cudaStream_t stream,
                                    ExpertGemmF16Variant variant);
