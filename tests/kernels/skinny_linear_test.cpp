@@ -73,7 +73,8 @@ TEST_F(SkinnyLinear, RefusesShapesItDoesNotTake) {
     change(a);
     return a;
   };
-  // Five rows of x on a weight past kSkinnyNarrowBytes (the launcher refuses before it reads).
+  // Among them five rows of x on a weight past kSkinnyNarrowBytes (the launcher refuses before it
+  // reads).
   for (const auto& a : {with([](auto& a) { a.m = 9; }), with([](auto& a) { a.m = 0; }),
                         with([](auto& a) { a.m = 5, a.n = 8192, a.k = 1032; }),
                         with([](auto& a) { a.k = 60; }), with([](auto& a) { a.k = 4; }),

@@ -6,7 +6,7 @@
 
 namespace fp4::cuda {
 
-int64_t expert_gemm_f16_expert_slots(const ExpertGemmParams& p) { return std::min(p.experts, p.rows); }
+int64_t expert_gemm_expert_slots(const ExpertGemmParams& p) { return std::min(p.experts, p.rows); }
 
 size_t expert_gemm_f16_scratch_bytes(const ExpertGemmParams& p) {
   return static_cast<size_t>(p.rows) * static_cast<size_t>(p.k) * 2 + static_cast<size_t>(p.rows) * 4;

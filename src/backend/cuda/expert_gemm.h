@@ -40,8 +40,8 @@ struct ExpertGemmOptions {
 
 // The FP16 kernel's scratch for these shapes: rows x k FP16 values and a float per row.
 size_t expert_gemm_f16_scratch_bytes(const ExpertGemmParams& p);
-// Its grid's expert slots: at most this many experts have rows.
-int64_t expert_gemm_f16_expert_slots(const ExpertGemmParams& p);
+// The FP16 and skinny kernels' grid slots for experts: at most this many experts have rows.
+int64_t expert_gemm_expert_slots(const ExpertGemmParams& p);
 constexpr size_t kExpertGemmF16MaxScratch = size_t{64} << 20;
 constexpr int64_t kExpertGemmSkinnyMaxRows = 4;
 // The skinny kernel holds a row of x in FP32 in shared memory: k <= 12,288.

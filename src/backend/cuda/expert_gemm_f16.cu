@@ -329,7 +329,7 @@ cudaError_t launch_expert_gemm_f16(const ExpertGemmParams& p, void* workspace, c
   // At most this many experts have rows: a shape-only grid, as a CUDA graph needs. CTA y takes
   // the y-th of them (find_expert) and leaves at once when there are fewer.
   const dim3 grid(static_cast<unsigned>(p.n / kExpertGemmRows),
-                  static_cast<unsigned>(expert_gemm_f16_expert_slots(p)));
+                  static_cast<unsigned>(expert_gemm_expert_slots(p)));
   if (variant == ExpertGemmF16Variant::kSharedX) {
     return launch_main<ExpertGemmF16Variant::kSharedX>(p, grid, x16, out_scale, stream);
   }

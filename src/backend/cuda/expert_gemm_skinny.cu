@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) expert_gemm_skinny_kerne
 cudaError_t launch_expert_gemm_skinny(const ExpertGemmParams& p, cudaStream_t stream) {
   const size_t smem = expert_gemm_skinny_smem_bytes(p.k);
   if (smem > kExpertGemmSkinnyMaxSmem || p.n % kFeaturesPerCta != 0) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(p.n / kFeaturesPerCta), static_cast<unsigned>(expert_gemm_f16_expert_slots(p)));
+  const dim3 grid(static_cast<unsigned>(p.n / kFeaturesPerCta), static_cast<unsigned>(expert_gemm_expert_slots(p)));
   expert_gemm_skinny_kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }

@@ -4,9 +4,10 @@
 // so it comes through L1 while the weight's loads skip it. The partial sums are reduced in a
 // fixed order (warp shuffles, then the warps in turn), so a result does not depend on timing.
 #include "backend/cuda/skinny_linear.h"
-#include "backend/cuda/streaming_loads.cuh"
 
 #include <cstdint>
+
+#include "backend/cuda/streaming_loads.cuh"
 
 namespace fp4::cuda::detail {
 namespace {
