@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "backend/model_ops.h"
@@ -69,6 +70,12 @@ class Backend {
   virtual void abort_capture() noexcept {}
 
   virtual void linear(const LinearParams& p) = 0;
+  // Several projections of one input (every part's x, m and k the same): each part's y is what
+  // linear would give it, bit for bit. By default one linear after another; a backend may run
+  // them as one launch.
+  virtual void linears(std::span<const LinearParams> parts) {
+    for (const LinearParams& p : parts) linear(p);
+  }
   virtual void rms_norm(const RmsNormParams& p) = 0;
   virtual void add_rms_norm(const AddRmsNormParams& p) = 0;
   virtual void gather_rows(const GatherRowsParams& p) = 0;

@@ -39,6 +39,9 @@ void ProfilingBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
   timed("copy to host", [&] { inner_->copy_to_host(dst, src, bytes); });
 }
 void ProfilingBackend::linear(const LinearParams& p) { timed("linear", [&] { inner_->linear(p); }); }
+void ProfilingBackend::linears(std::span<const LinearParams> parts) {
+  timed("linears", [&] { inner_->linears(parts); });
+}
 void ProfilingBackend::rms_norm(const RmsNormParams& p) { timed("rms_norm", [&] { inner_->rms_norm(p); }); }
 void ProfilingBackend::add_rms_norm(const AddRmsNormParams& p) {
   timed("add_rms_norm", [&] { inner_->add_rms_norm(p); });

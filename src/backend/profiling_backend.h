@@ -39,6 +39,7 @@ class ProfilingBackend final : public Backend {
   std::unique_ptr<TimeMark> mark_time() override { return inner_->mark_time(); }
 
   void linear(const LinearParams& p) override;
+  void linears(std::span<const LinearParams> parts) override;
   void rms_norm(const RmsNormParams& p) override;
   void add_rms_norm(const AddRmsNormParams& p) override;
   void gather_rows(const GatherRowsParams& p) override;

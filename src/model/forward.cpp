@@ -56,16 +56,20 @@ ModelRunner::Step ModelRunner::upload(const StepBatch& b) {
   return s;
 }
 
-void ModelRunner::linear(const LinearWeight& w, const float* x, int64_t rows, float* y) {
+LinearParams ModelRunner::linear_params(const LinearWeight& w, const float* x, int64_t rows, float* y) {
   const ResidentWeights::Linear placed = resident_(w);
-  backend_.linear({.x = x, .w = placed.w, .y = y, .m = rows, .n = w.out, .k = w.in, .w_bf16 = placed.w_bf16});
+  return {.x = x, .w = placed.w, .y = y, .m = rows, .n = w.out, .k = w.in, .w_bf16 = placed.w_bf16};
+}
+
+void ModelRunner::linear(const LinearWeight& w, const float* x, int64_t rows, float* y) {
+  backend_.linear(linear_params(w, x, rows, y));
 }
 
 void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t rows, float* out) {
   const int64_t inter = w.gate.out;
   Buffer<float> gate = floats(rows * inter), up = floats(rows * inter), act = floats(rows * inter);
-  linear(w.gate, x, rows, gate.data());
-  linear(w.up, x, rows, up.data());
+  const LinearParams gate_up[] = {linear_params(w.gate, x, rows, gate.data()), linear_params(w.up, x, rows, up.data())};
+  backend_.linears(gate_up);
   const bool oai = config_.activation == ModelConfig::Activation::kSwigluOai;
   backend_.gated_activation({.gate = gate.data(), .up = up.data(), .out = act.data(), .m = rows,
                              .inter = inter, .stride = inter,
@@ -161,9 +165,17 @@ void ModelRunner::attention(int64_t layer_index, const Step& step, const float* 
 
   // q is normed and rotated in place (its rows are dense).
   Buffer<float> q = floats(t * w.q.out), k = floats(t * w.k.out), v = floats(t * w.v.out);
-  linear(w.q, x, t, q.data());
-  linear(w.k, x, t, k.data());
-  linear(w.v, x, t, v.data());
+  Buffer<float> iq, ik, iq_out;
+  // The projections of x in one call: a backend may stream their weights in one launch.
+  std::vector<LinearParams> projections = {linear_params(w.q, x, t, q.data()), linear_params(w.k, x, t, k.data()),
+                                           linear_params(w.v, x, t, v.data())};
+  if (layer.sparse) {
+    iq = floats(t * w.index_q.out);
+    ik = floats(t * w.index_k.out);
+    projections.push_back(linear_params(w.index_q, x, t, iq.data()));
+    projections.push_back(linear_params(w.index_k, x, t, ik.data()));
+  }
+  backend_.linears(projections);
   PreAttentionParams pre{
       .ctx = step.ctx,
       .q = {q.data(), c.num_heads * c.head_dim, resident_(w.q_norm)},
@@ -174,14 +186,9 @@ void ModelRunner::attention(int64_t layer_index, const Step& step, const float* 
       .gemma = c.gemma_norm, .rotary_dim = c.rotary_dim, .theta = c.rope_theta,
       .kv_layout = &cache.kv, .kv_pool = cache.kv_pages.data(), .kv_scales = cache.kv_scales,
       .num_pages = cache_.num_pages(), .q_out = q.data()};
-  Buffer<float> iq, ik, iq_out;
   if (layer.sparse) {
     const int64_t di = c.index_head_dim;
-    iq = floats(t * w.index_q.out);
-    ik = floats(t * w.index_k.out);
     iq_out = floats(t * c.num_index_heads * di);
-    linear(w.index_q, x, t, iq.data());
-    linear(w.index_k, x, t, ik.data());
     pre.index_q = {iq.data(), c.num_index_heads * di, resident_(w.index_q_norm)};
     pre.index_k = {ik.data(), di, resident_(w.index_k_norm)};
     pre.index_heads = c.num_index_heads;

@@ -93,6 +93,7 @@ class ModelRunner {
                     const Buffer<int32_t>& pair_of_row, Buffer<float>& y);
   void routed_f32(const MoeWeights& w, const float* x, int64_t rows, const Buffer<int32_t>& offsets,
                   const Buffer<int32_t>& pair_of_row, Buffer<float>& y);
+  LinearParams linear_params(const LinearWeight& w, const float* x, int64_t rows, float* y);
   void linear(const LinearWeight& w, const float* x, int64_t rows, float* y);
   Buffer<float> floats(int64_t n) { return Buffer<float>(backend_, static_cast<size_t>(n)); }
 

@@ -6,6 +6,7 @@
 // other.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -58,6 +59,50 @@ TEST_F(SkinnyLinear, WithinTheFp32SummationBoundOfTheCpu) {
     const double u = 0x1p-24, gamma = s.k * u / (1 - s.k * u);
     ASSERT_GE(testing::check_linear_within(x, w, got, y, s.m, s.n, s.k, 2 * gamma), 0);
     for (int64_t i = s.m * s.n; i < s.m * s.n + kGuard; ++i) ASSERT_TRUE(std::isnan(got[i])) << "written past y at " << i;
+  }
+}
+
+// Several weights on one x in one launch (CudaBackend::linears): every part's y is the single
+// launch's, bit for bit (its CTAs compute it alike), and nothing is written past any part. The
+// shapes are a sparse layer's projections of one token, shrunk: q, k, v, index q, index k,
+// widths not multiples of the CTA's 4 rows; then two rows of x through the backend op, and a
+// group the kernel cannot take (a part too wide for 6 rows), which goes part by part.
+TEST_F(SkinnyLinear, GroupedPartsGiveTheSingleLaunchBits) {
+  auto rng = testing::seeded_rng(92);
+  constexpr int64_t kGuard = 32;
+  for (int64_t m : {1, 2, 6}) {
+    const int64_t k = m == 6 ? 4096 : 1032;
+    const std::vector<int64_t> widths = m == 6 ? std::vector<int64_t>{2048, 130} : std::vector<int64_t>{611, 64, 64, 65, 17};
+    SCOPED_TRACE(::testing::Message() << m << " rows, k " << k);
+    const auto x = testing::random_floats(m * k, testing::Distribution::kStudentT3, rng);
+    Buffer<float> gx(*gpu_, x);
+    std::vector<Buffer<uint16_t>> weights;
+    std::vector<Buffer<float>> grouped, single;
+    std::vector<LinearParams> parts;
+    for (int64_t n : widths) {
+      const auto w = testing::random_floats(n * k, testing::Distribution::kGaussian, rng);
+      std::vector<uint16_t> bits(w.size());
+      for (size_t i = 0; i < w.size(); ++i) bits[i] = bf16_encode(w[i]);
+      weights.emplace_back(*gpu_, bits);
+      grouped.emplace_back(*gpu_, std::vector<float>(m * n + kGuard, std::numeric_limits<float>::quiet_NaN()));
+      single.emplace_back(*gpu_, std::vector<float>(m * n, std::numeric_limits<float>::quiet_NaN()));
+      parts.push_back({.x = gx.data(), .y = grouped.back().data(), .m = m, .n = n, .k = k,
+                       .w_bf16 = weights.back().data()});
+    }
+    gpu_->linears(parts);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      LinearParams one = parts[i];
+      one.y = single[i].data();
+      gpu_->linear(one);
+    }
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const int64_t n = widths[i];
+      const auto got = grouped[i].download(), want = single[i].download();
+      for (int64_t j = 0; j < m * n; ++j) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[j]), std::bit_cast<uint32_t>(want[j])) << "part " << i << " at " << j;
+      }
+      for (int64_t j = m * n; j < m * n + kGuard; ++j) ASSERT_TRUE(std::isnan(got[j])) << "part " << i << " past y";
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 
@@ -202,6 +203,25 @@ void CudaBackend::linear(const LinearParams& p) {
   FP4_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));
   FP4_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, p.w, k, p.x, k,
                                &zero, p.y, n));
+}
+
+void CudaBackend::linears(std::span<const LinearParams> parts) {
+  const auto count = static_cast<int>(parts.size());
+  if (bf16_linear_ == Bf16Linear::kAuto && count >= 2 && count <= detail::kSkinnyMaxParts) {
+    std::array<detail::SkinnyLinearArgs, detail::kSkinnyMaxParts> args{};
+    bool grouped = true;
+    for (int i = 0; i < count; ++i) {
+      const LinearParams& p = parts[i];
+      args[i] = {.x = p.x, .w = p.w_bf16, .y = p.y, .m = p.m, .n = p.n, .k = p.k};
+      grouped = grouped && p.w_bf16 != nullptr && p.w == nullptr && p.x == parts[0].x && p.m == parts[0].m &&
+                p.k == parts[0].k && detail::skinny_linear_fits(args[i]);
+    }
+    if (grouped) {
+      FP4_CUDA_CHECK(detail::launch_skinny_linear_group(args.data(), count, stream_));
+      return;
+    }
+  }
+  Backend::linears(parts);
 }
 
 // The weight's values are BF16, so x . w is computed as three BF16 tensor-core products: x is

@@ -55,6 +55,8 @@ class CudaBackend final : public Backend {
   // FP32 GEMM on cuBLAS in its pedantic mode: IEEE FP32 products and sums (never TF32), in
   // cuBLAS's order, so results differ from the CPU's only by the order of the sums.
   void linear(const LinearParams& p) override;
+  // One skinny launch for every part when all are BF16-held weights it takes (decode sizes).
+  void linears(std::span<const LinearParams> parts) override;
   void rms_norm(const RmsNormParams& p) override;
   void add_rms_norm(const AddRmsNormParams& p) override;
   void gather_rows(const GatherRowsParams& p) override;

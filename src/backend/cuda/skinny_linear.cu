@@ -24,8 +24,11 @@ constexpr int kUnroll = 2;
 template <int M> constexpr int kCtasPerSm = M <= 4 ? 2 : 1;
 
 template <int M>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm<M>) skinny_linear_kernel(SkinnyLinearArgs a) {
-  const int64_t first_row = int64_t{blockIdx.x} * kRowsPerCta;
+__global__ void __launch_bounds__(kThreads, kCtasPerSm<M>) skinny_linear_kernel(const SkinnyLinearGroup g) {
+  int part = 0;
+  while (part + 1 < g.count && blockIdx.x >= g.first_cta[part + 1]) ++part;
+  const SkinnyLinearArgs& a = g.parts[part];
+  const int64_t first_row = (int64_t{blockIdx.x} - g.first_cta[part]) * kRowsPerCta;
   const int chunks = static_cast<int>(a.k / 8);  // k < 2^31 (skinny_linear_fits)
   const uint16_t* w = a.w + first_row * a.k;
   const int rows = static_cast<int>(min(int64_t{kRowsPerCta}, a.n - first_row));  // the last CTA's may be fewer
@@ -90,9 +93,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<M>) skinny_linear_kernel(
 }
 
 template <int M>
-cudaError_t launch(const SkinnyLinearArgs& a, cudaStream_t stream) {
-  const int64_t ctas = (a.n + kRowsPerCta - 1) / kRowsPerCta;
-  skinny_linear_kernel<M><<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(a);
+cudaError_t launch(const SkinnyLinearGroup& g, cudaStream_t stream) {
+  skinny_linear_kernel<M><<<static_cast<unsigned>(g.first_cta[g.count]), kThreads, 0, stream>>>(g);
   return cudaGetLastError();
 }
 
@@ -107,16 +109,31 @@ bool skinny_linear_fits(const SkinnyLinearArgs& a) {
 }
 
 cudaError_t launch_skinny_linear(const SkinnyLinearArgs& a, cudaStream_t stream) {
-  if (!skinny_linear_fits(a)) return cudaErrorInvalidValue;
-  switch (a.m) {
-    case 1: return launch<1>(a, stream);
-    case 2: return launch<2>(a, stream);
-    case 3: return launch<3>(a, stream);
-    case 4: return launch<4>(a, stream);
-    case 5: return launch<5>(a, stream);
-    case 6: return launch<6>(a, stream);
-    case 7: return launch<7>(a, stream);
-    default: return launch<8>(a, stream);
+  return launch_skinny_linear_group(&a, 1, stream);
+}
+
+cudaError_t launch_skinny_linear_group(const SkinnyLinearArgs* parts, int count, cudaStream_t stream) {
+  if (count < 1 || count > kSkinnyMaxParts) return cudaErrorInvalidValue;
+  SkinnyLinearGroup g;
+  g.count = count;
+  for (int i = 0; i < count; ++i) {
+    const SkinnyLinearArgs& a = parts[i];
+    if (!skinny_linear_fits(a) || a.x != parts[0].x || a.m != parts[0].m || a.k != parts[0].k) {
+      return cudaErrorInvalidValue;
+    }
+    g.parts[i] = a;
+    g.first_cta[i + 1] = g.first_cta[i] + (a.n + kRowsPerCta - 1) / kRowsPerCta;
+  }
+  if (g.first_cta[count] > int64_t{0x7FFFFFFF}) return cudaErrorInvalidValue;
+  switch (parts[0].m) {
+    case 1: return launch<1>(g, stream);
+    case 2: return launch<2>(g, stream);
+    case 3: return launch<3>(g, stream);
+    case 4: return launch<4>(g, stream);
+    case 5: return launch<5>(g, stream);
+    case 6: return launch<6>(g, stream);
+    case 7: return launch<7>(g, stream);
+    default: return launch<8>(g, stream);
   }
 }
 

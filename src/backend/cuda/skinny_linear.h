@@ -27,10 +27,21 @@ struct SkinnyLinearArgs {
   int64_t m = 0, n = 0, k = 0;
 };
 
+// Several weights multiplied by one x in one launch (the projections of a layer's input): each
+// part's CTAs are those of its own launch, so every y is the single launch's, bit for bit.
+constexpr int kSkinnyMaxParts = 6;
+struct SkinnyLinearGroup {
+  SkinnyLinearArgs parts[kSkinnyMaxParts];  // the same x, m and k
+  int64_t first_cta[kSkinnyMaxParts + 1] = {};  // part i: CTAs [first_cta[i], first_cta[i + 1])
+  int count = 0;
+};
+
 // Whether the kernel takes this shape: 1 <= m <= kSkinnyMaxRows (or kSkinnyNarrowMaxRows with
 // a weight of at most kSkinnyNarrowBytes), k a multiple of 8 (16-byte weight chunks), and x and
 // w 16-byte aligned.
 bool skinny_linear_fits(const SkinnyLinearArgs& a);
 cudaError_t launch_skinny_linear(const SkinnyLinearArgs& a, cudaStream_t stream);
+// Every part must fit (skinny_linear_fits) and share x, m and k; 1 to kSkinnyMaxParts parts.
+cudaError_t launch_skinny_linear_group(const SkinnyLinearArgs* parts, int count, cudaStream_t stream);
 
 }  // namespace fp4::cuda::detail

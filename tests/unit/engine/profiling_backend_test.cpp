@@ -1,6 +1,6 @@
 // ProfilingBackend around the CPU backend: a generation through it gives the same tokens and
 // logits as without it, and every op the forward pass issues is counted: per step, each
-// layer's projections, norms and attention ops, and the LM head.
+// layer's projections (those of one input as one call), norms and attention ops, and the LM head.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -44,7 +44,8 @@ TEST(ProfilingBackend, CountsEveryOpAndChangesNoBit) {
   EXPECT_EQ(calls("paged_attention"), steps * layers);
   EXPECT_EQ(calls("indexer_topk"), steps * plain.config.count_sparse_layers());
   EXPECT_EQ(calls("router"), steps * plain.config.count_moe_layers());
-  EXPECT_GT(calls("linear"), steps * layers * 4) << "q, k, v, o at least";
+  EXPECT_GE(calls("linears"), steps * layers) << "each layer's projections of its input, in one call";
+  EXPECT_GE(calls("linear"), steps * layers) << "o at least";
   for (const auto& t : ops) {
     EXPECT_GE(t.ms, 0.0) << t.op;
     EXPECT_GT(t.calls, 0) << t.op;
