@@ -27,7 +27,11 @@ __device__ __forceinline__ double block_sum(double v, double* shared) {
 
 // One CTA per row. Each thread adds (when asked) and squares its strided elements, writing the
 // sum back before the reduction; after it, the same thread scales the same elements, so y may
-// be x itself.
+// be x itself. A thread loads kNormBatch of its elements before it stores any: its stores may
+// alias its loads (x_out is x, y may be x), so the compiler would otherwise keep every load
+// behind the store before it, one memory round trip per element.
+constexpr int kNormBatch = 8;
+
 __global__ void __launch_bounds__(kNormThreads) norm_kernel(const NormArgs a) {
   __shared__ double partial[kNormThreads / 32];
   const int64_t row = blockIdx.x;
@@ -35,22 +39,43 @@ __global__ void __launch_bounds__(kNormThreads) norm_kernel(const NormArgs a) {
   float* x_out = a.x_out != nullptr ? a.x_out + row * a.dim : nullptr;
   const float* delta = a.delta != nullptr ? a.delta + row * a.dim : nullptr;
   double sum_sq = 0.0;
-  for (int i = threadIdx.x; i < a.dim; i += kNormThreads) {
-    float v = x[i];
-    if (delta != nullptr) {
-      v += delta[i];
-      x_out[i] = v;
+  for (int base = threadIdx.x; base < a.dim; base += kNormBatch * kNormThreads) {
+    float v[kNormBatch], d[kNormBatch];
+#pragma unroll
+    for (int j = 0; j < kNormBatch; ++j) {
+      const int i = base + j * kNormThreads;
+      v[j] = i < a.dim ? x[i] : 0.0f;
+      d[j] = delta != nullptr && i < a.dim ? delta[i] : 0.0f;
     }
-    sum_sq += static_cast<double>(v) * v;  // exact: a float square fits a double
+#pragma unroll
+    for (int j = 0; j < kNormBatch; ++j) {
+      const int i = base + j * kNormThreads;
+      if (i >= a.dim) break;
+      if (delta != nullptr) {
+        v[j] += d[j];
+        x_out[i] = v[j];
+      }
+      sum_sq += static_cast<double>(v[j]) * v[j];  // exact: a float square fits a double
+    }
   }
   const double total = block_sum(sum_sq, partial);
   // rms_norm's expression, in double up to the one rounding to float.
   const float inv = static_cast<float>(1.0 / sqrt(total / a.dim + static_cast<double>(a.eps)));
   const float* src = x_out != nullptr ? x_out : x;
   float* y = a.y + row * a.dim;
-  for (int i = threadIdx.x; i < a.dim; i += kNormThreads) {
-    const float w = a.gemma ? 1.0f + a.weight[i] : a.weight[i];
-    y[i] = src[i] * inv * w;
+  for (int base = threadIdx.x; base < a.dim; base += kNormBatch * kNormThreads) {
+    float s[kNormBatch], w[kNormBatch];
+#pragma unroll
+    for (int j = 0; j < kNormBatch; ++j) {
+      const int i = base + j * kNormThreads;
+      s[j] = i < a.dim ? src[i] : 0.0f;
+      w[j] = i < a.dim ? (a.gemma ? 1.0f + a.weight[i] : a.weight[i]) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kNormBatch; ++j) {
+      const int i = base + j * kNormThreads;
+      if (i < a.dim) y[i] = s[j] * inv * w[j];
+    }
   }
 }
 

@@ -82,8 +82,23 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const MoeGatherParams 
     for (int64_t j = threadIdx.x; j < p.hidden; j += kThreads) dst[j] = 0x7FC0;
     return;
   }
+  // kGatherBatch loads a thread before its stores, which the compiler would otherwise keep in
+  // order behind each store (dst may alias src as far as it knows).
+  constexpr int kGatherBatch = 8;
   const float* src = p.x + (pair / p.top_k) * p.hidden;
-  for (int64_t j = threadIdx.x; j < p.hidden; j += kThreads) dst[j] = bf16_encode(src[j]);
+  for (int64_t base = threadIdx.x; base < p.hidden; base += kGatherBatch * kThreads) {
+    float v[kGatherBatch];
+#pragma unroll
+    for (int b = 0; b < kGatherBatch; ++b) {
+      const int64_t j = base + b * kThreads;
+      v[b] = j < p.hidden ? src[j] : 0.0f;
+    }
+#pragma unroll
+    for (int b = 0; b < kGatherBatch; ++b) {
+      const int64_t j = base + b * kThreads;
+      if (j < p.hidden) dst[j] = bf16_encode(v[b]);
+    }
+  }
 }
 
 // Grid: tokens; threads over hidden. Each thread sorts the token's (at most 16) slots by expert
