@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "core/check.h"
 
@@ -167,15 +168,16 @@ void ModelRunner::attention(int64_t layer_index, const Step& step, const float* 
   Buffer<float> q = floats(t * w.q.out), k = floats(t * w.k.out), v = floats(t * w.v.out);
   Buffer<float> iq, ik, iq_out;
   // The projections of x in one call: a backend may stream their weights in one launch.
-  std::vector<LinearParams> projections = {linear_params(w.q, x, t, q.data()), linear_params(w.k, x, t, k.data()),
-                                           linear_params(w.v, x, t, v.data())};
+  LinearParams projections[5] = {linear_params(w.q, x, t, q.data()), linear_params(w.k, x, t, k.data()),
+                                 linear_params(w.v, x, t, v.data())};
+  size_t count = 3;
   if (layer.sparse) {
     iq = floats(t * w.index_q.out);
     ik = floats(t * w.index_k.out);
-    projections.push_back(linear_params(w.index_q, x, t, iq.data()));
-    projections.push_back(linear_params(w.index_k, x, t, ik.data()));
+    projections[count++] = linear_params(w.index_q, x, t, iq.data());
+    projections[count++] = linear_params(w.index_k, x, t, ik.data());
   }
-  backend_.linears(projections);
+  backend_.linears(std::span<const LinearParams>(projections, count));
   PreAttentionParams pre{
       .ctx = step.ctx,
       .q = {q.data(), c.num_heads * c.head_dim, resident_(w.q_norm)},
