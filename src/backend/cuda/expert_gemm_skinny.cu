@@ -31,7 +31,7 @@ constexpr int kFeaturesPerCta = kWarps * kFeaturesPerWarp;
 static_assert(kExpertGemmRows % kFeaturesPerCta == 0, "the launcher's n is a multiple of kExpertGemmRows");
 // Chunks of each feature a lane has in flight while it multiplies one, and CTAs an SM. Measured
 // on an H100 at one token (bench/RESULTS.md, graph rows): one chunk ahead at 3 CTAs an SM (80
-// registers, 96 bytes spilled) against two ahead at 2 (128 registers, no spill), down [6144, 3072]
+// registers, 40 bytes spilled) against two ahead at 2 (128 registers, no spill), down [6144, 3072]
 // 20.1-20.5 us against 23.2-23.3, gate + up [6144, 6144] 35.7-37.1 against 36.2-36.4 (the
 // same within the spread of two rows of one kernel). At k = 3072 a lane has only 3 chunks of a
 // feature; the likely reason (not measured apart) is that such short CTAs spend much of their
