@@ -17,17 +17,27 @@
 namespace fp4 {
 
 // y[m, n] = x[m, k] . w[n, k]^T, FP32 in, FP32 accumulation and out. The weight is row-major
-// [out, in], as Hugging Face stores a Linear, given either in FP32 (w) or, when every value of
-// it is exactly a BF16, as those BF16 values (w_bf16): the same numbers in half the bytes. The
-// CPU computes the same bits from either; the GPU's BF16 path rounds differently from its FP32
-// one, within the bound its test derives. Exactly one of w and w_bf16 is given.
+// [out, in], as Hugging Face stores a Linear, given in FP32 (w); or, when every value of it is
+// exactly a BF16, as those BF16 values (w_bf16): the same numbers in half the bytes; or, when
+// moreover each run of 32 values along a row is exactly an MXFP8 block (formats/mxfp8.h), as
+// E4M3 codes and UE8M0 block scales (w_e4m3, w_scales): the same numbers in 33 bytes per 32
+// values, k a multiple of 32. The CPU computes the same bits from any of them; the GPU's paths
+// round differently from its FP32 one, within the bounds their tests derive. Exactly one of w,
+// w_bf16 and w_e4m3 is given.
 struct LinearParams {
   const float* x = nullptr;         // [m, k]
   const float* w = nullptr;         // [n, k]
   float* y = nullptr;               // [m, n]; must not alias x
   int64_t m = 0, n = 0, k = 0;
   const uint16_t* w_bf16 = nullptr;  // [n, k] BF16 bits, instead of w
+  const uint8_t* w_e4m3 = nullptr;   // [n, k] E4M3 codes, instead of w, with w_scales
+  const uint8_t* w_scales = nullptr; // [n, k / 32] UE8M0
 };
+
+// How many of w, w_bf16 and w_e4m3 a LinearParams gives (exactly one is valid).
+inline int linear_weight_forms(const LinearParams& p) {
+  return (p.w != nullptr) + (p.w_bf16 != nullptr) + (p.w_e4m3 != nullptr);
+}
 
 // RMSNorm over each row of `dim` values: y = x / sqrt(mean(x^2) + eps) * (gemma ? 1 + w : w).
 // Rows may be heads (per-head QK norm): rows = tokens x heads, dim = head_dim. y may equal x.

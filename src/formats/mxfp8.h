@@ -49,6 +49,38 @@ FP4_HD void mxfp8_dequantize_block(const uint8_t* values, uint8_t scale, float* 
   for (int i = 0; i < kMxfp8BlockElems; ++i) out[i] = mxfp8_decode_value(values[i], s);
 }
 
+// Whether x[0..31] is exactly an MXFP8 block, as the values a checkpoint's MXFP8 tensor decodes
+// to are; if so, writes a block that decodes to every x bit for bit (signed zeros included)
+// and its scale. The checkpoint may have chosen another scale: any scale that holds the block
+// exactly would do, and when one does, the ceiling scale does too (halving the scale doubles
+// every code, which stays within E4M3 while |code| <= 224, and the ceiling scale is the
+// smallest that keeps amax within 448). The scale above it is tried as well, in case the FP32
+// division amax / 448 rounded below a power of two. NaN and infinity are never exact.
+FP4_HD bool mxfp8_quantize_block_exact(const float* x, uint8_t* values, uint8_t& scale) {
+  float amax = 0.0f;
+  bool has_nan = false;
+  for (int i = 0; i < kMxfp8BlockElems; ++i) {
+    if ((float_to_bits(x[i]) & 0x7FFFFFFFu) >= 0x7F800000u) return false;  // NaN or infinity
+    accumulate_amax(x[i], amax, has_nan);
+  }
+  const uint8_t ceiling = mxfp8_scale_code(amax, false);
+  for (int step = 0; step < 2; ++step) {
+    const uint8_t s = static_cast<uint8_t>(ceiling + step);
+    if (s == kUE8M0NaN) return false;
+    const float inverse = ue8m0_inverse(s), value = ue8m0_decode(s);
+    bool exact = true;
+    for (int i = 0; i < kMxfp8BlockElems && exact; ++i) {
+      values[i] = mxfp8_encode_value(x[i], inverse);
+      exact = float_to_bits(mxfp8_decode_value(values[i], value)) == float_to_bits(x[i]);
+    }
+    if (exact) {
+      scale = s;
+      return true;
+    }
+  }
+  return false;
+}
+
 // Row-major [rows, cols]: values [rows, cols] E4M3, scales [rows, cols/32] UE8M0.
 constexpr int64_t mxfp8_value_bytes(int64_t rows, int64_t cols) { return rows * cols; }
 constexpr int64_t mxfp8_scale_bytes(int64_t rows, int64_t cols) {

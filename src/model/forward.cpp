@@ -59,7 +59,8 @@ ModelRunner::Step ModelRunner::upload(const StepBatch& b) {
 
 LinearParams ModelRunner::linear_params(const LinearWeight& w, const float* x, int64_t rows, float* y) {
   const ResidentWeights::Linear placed = resident_(w);
-  return {.x = x, .w = placed.w, .y = y, .m = rows, .n = w.out, .k = w.in, .w_bf16 = placed.w_bf16};
+  return {.x = x, .w = placed.w, .y = y, .m = rows, .n = w.out, .k = w.in, .w_bf16 = placed.w_bf16,
+          .w_e4m3 = placed.w_e4m3, .w_scales = placed.w_scales};
 }
 
 void ModelRunner::linear(const LinearWeight& w, const float* x, int64_t rows, float* y) {

@@ -36,7 +36,9 @@
 #include "backend/cuda/device.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
+#include "formats/mxfp8.h"
 #include "tests/support/random.h"
+#include "tests/support/random_model.h"
 
 namespace fp4::engine {
 namespace {
@@ -193,6 +195,39 @@ TEST_F(EngineOnGpu, BuiltInModelAgreesWithTheCpuInEveryCacheFormat) {
       }
     }
   }
+}
+
+// The built-in model with its attention and index projections made MXFP8, as an MXFP8
+// checkpoint holds them: the GPU holds them as MXFP8 codes (the skinny kernel at decode, the
+// decoded BF16 weight and three products for the prompt) and agrees with the CPU on the same
+// numbers as the unchanged model does (FP32 cache, every step within the budget).
+TEST_F(EngineOnGpu, Mxfp8HeldProjectionsAgreeWithTheCpu) {
+  const std::string dir = model_dir("FP4_DEFAULT_MODEL");
+  ASSERT_FALSE(dir.empty()) << "FP4_DEFAULT_MODEL must name the built-in model's directory";
+  LoadedModel cpu = load_model({.model_dir = dir, .device = "cpu"});
+  for (model::LayerWeights& l : cpu.weights.layers) {
+    for (model::LinearWeight* p : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.attn.index_q, &l.attn.index_k}) {
+      if (p->w.empty()) continue;
+      ASSERT_EQ(p->in % kMxfp8BlockElems, 0);
+      uint8_t codes[kMxfp8BlockElems];
+      for (size_t b = 0; b < p->w.size(); b += kMxfp8BlockElems) {
+        mxfp8_dequantize_block(codes, mxfp8_quantize_block(&p->w[b], codes), &p->w[b]);
+      }
+    }
+  }
+  cpu.resident = std::make_unique<model::ResidentWeights>(cpu.weights, *cpu.backend);
+  auto backend = std::make_unique<cuda::CudaBackend>();
+  backend->set_indexer_math(cuda::IndexerMath::kExact);
+  const LoadedModel gpu = testing::same_model_on(cpu, std::move(backend));
+  ASSERT_NE((*gpu.resident)(gpu.weights.layers[0].attn.q).w_e4m3, nullptr) << "q is not held as MXFP8";
+  auto rng = testing::seeded_rng(83);
+  const int64_t vocab = cpu.config.vocab_size;
+  std::vector<int32_t> prompt(4032);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 4));
+  for (int32_t& t : prompt) t = token(rng);
+  const Greedy want = run(cpu, PageDType::kFP32, prompt, 32), got = run(gpu, PageDType::kFP32, prompt, 32);
+  EXPECT_EQ(got.prompt_selection, want.prompt_selection) << "the indexer chose other blocks";
+  expect_same_greedy(want, got, vocab, budget(PageDType::kFP32, cpu), "built-in model, MXFP8 attention, fp32 cache");
 }
 
 // Attention with 16-bit operands on both engines (the CPU rounds Q and the weights as the

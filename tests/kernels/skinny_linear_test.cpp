@@ -1,5 +1,5 @@
-// The skinny BF16-weight linear (backend/cuda/skinny_linear.h) against the CPU's FP32 linear on
-// the same numbers (the BF16 weights decoded to FP32), on fresh random inputs.
+// The skinny linear (backend/cuda/skinny_linear.h) on BF16 and MXFP8 weights against the CPU's
+// FP32 linear on the same numbers (the weights decoded to FP32), on fresh random inputs.
 // Bound: both sides sum k terms x_l w_l in FP32, in different orders, the GPU's by fused
 // multiply-adds and the CPU's as it does; each result is within gamma_k S of the exact sum
 // (S = sum |x w|, gamma_k = k u / (1 - k u), u = 2^-24), so they are within 2 gamma_k S of each
@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "backend/buffer.h"
@@ -19,6 +20,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/skinny_linear.h"
 #include "formats/minifloat.h"
+#include "formats/mxfp8.h"
 #include "tests/support/gpu_test.h"
 #include "tests/support/linear_bound.h"
 #include "tests/support/random.h"
@@ -106,11 +108,128 @@ TEST_F(SkinnyLinear, GroupedPartsGiveTheSingleLaunchBits) {
   }
 }
 
+// Random MXFP8 blocks: codes of every finite value, scales from `lowest` to lowest + spread - 1.
+struct Mxfp8Weight {
+  std::vector<uint8_t> codes, scales;
+  std::vector<float> values;  // decoded
+};
+Mxfp8Weight random_mxfp8(int64_t n, int64_t k, int lowest, int spread, std::mt19937_64& rng) {
+  Mxfp8Weight w{std::vector<uint8_t>(n * k), std::vector<uint8_t>(n * k / kMxfp8BlockElems),
+                std::vector<float>(n * k)};
+  for (uint8_t& c : w.codes) {
+    do c = static_cast<uint8_t>(rng() >> 56); while ((c & 0x7F) == 0x7F);
+  }
+  for (uint8_t& s : w.scales) s = static_cast<uint8_t>(lowest + static_cast<int>(rng() % spread));
+  for (size_t b = 0; b < w.scales.size(); ++b) {
+    mxfp8_dequantize_block(&w.codes[b * kMxfp8BlockElems], w.scales[b], &w.values[b * kMxfp8BlockElems]);
+  }
+  return w;
+}
+
+// The MXFP8 form sums the same chunks in the same order as the BF16 one, so on the same numbers
+// (scales 2^-8 to 2^7: every value a BF16) the outputs are the BF16 kernel's bits, alone and
+// grouped. Then scales down to 2^-127, where E4M3 subnormals times the scale are FP32 subnormals
+// no BF16 holds: against the CPU on the decoded values, within the bound above (x scaled by
+// 2^110 keeps every product and partial sum a normal FP32, so the bound needs no underflow
+// term).
+TEST_F(SkinnyLinear, Mxfp8GivesTheBf16KernelsBitsOnTheSameNumbers) {
+  auto rng = testing::seeded_rng(93);
+  struct Shape { int64_t m, n, k; };
+  // k = 6,176: 772 chunks of 8, a partial last round for both unrolls.
+  for (Shape s : {Shape{1, 1, 32}, Shape{1, 311, 6176}, Shape{2, 5, 2048}, Shape{3, 64, 96}, Shape{4, 513, 6144},
+                  Shape{5, 130, 1024}, Shape{8, 258, 8192}}) {
+    SCOPED_TRACE(::testing::Message() << s.m << " x " << s.n << " x " << s.k);
+    const auto x = testing::random_floats(s.m * s.k, testing::Distribution::kStudentT3, rng);
+    const Mxfp8Weight w = random_mxfp8(s.n, s.k, 119, 16, rng);
+    std::vector<uint16_t> bits(w.values.size());
+    for (size_t i = 0; i < bits.size(); ++i) {
+      bits[i] = bf16_encode(w.values[i]);
+      ASSERT_EQ(bf16_decode(bits[i]), w.values[i]);
+    }
+    Buffer<float> gx(*gpu_, x);
+    Buffer<uint16_t> gw(*gpu_, bits);
+    Buffer<uint8_t> codes(*gpu_, w.codes), scales(*gpu_, w.scales);
+    constexpr int64_t kGuard = 64;
+    const std::vector<float> poison(s.m * s.n + kGuard, std::numeric_limits<float>::quiet_NaN());
+    Buffer<float> y16(*gpu_, poison), y8(*gpu_, poison);
+    const cuda::detail::SkinnyLinearArgs bf16{.x = gx.data(), .w = gw.data(), .y = y16.data(), .m = s.m, .n = s.n,
+                                              .k = s.k};
+    const cuda::detail::SkinnyLinearArgs mx{.x = gx.data(), .y = y8.data(), .m = s.m, .n = s.n, .k = s.k,
+                                            .w_e4m3 = codes.data(), .w_scales = scales.data()};
+    ASSERT_TRUE(cuda::detail::skinny_linear_fits(mx));
+    FP4_CUDA_CHECK(cuda::detail::launch_skinny_linear(bf16, gpu_->stream()));
+    FP4_CUDA_CHECK(cuda::detail::launch_skinny_linear(mx, gpu_->stream()));
+    const auto want = y16.download(), got = y8.download();
+    for (int64_t i = 0; i < s.m * s.n; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "at " << i;
+    }
+    for (int64_t i = s.m * s.n; i < s.m * s.n + kGuard; ++i) ASSERT_TRUE(std::isnan(got[i])) << "written past y at " << i;
+  }
+  for (Shape s : {Shape{1, 97, 4096}, Shape{4, 33, 1024}}) {
+    SCOPED_TRACE(::testing::Message() << "tiny scales, " << s.m << " x " << s.n << " x " << s.k);
+    auto x = testing::random_floats(s.m * s.k, testing::Distribution::kStudentT3, rng);
+    for (float& v : x) v *= 0x1p110f;
+    const Mxfp8Weight w = random_mxfp8(s.n, s.k, 0, 9, rng);
+    Buffer<float> gx(*gpu_, x), gy(*gpu_, std::vector<float>(s.m * s.n, std::numeric_limits<float>::quiet_NaN()));
+    Buffer<uint8_t> codes(*gpu_, w.codes), scales(*gpu_, w.scales);
+    FP4_CUDA_CHECK(cuda::detail::launch_skinny_linear({.x = gx.data(), .y = gy.data(), .m = s.m, .n = s.n, .k = s.k,
+                                                       .w_e4m3 = codes.data(), .w_scales = scales.data()},
+                                                      gpu_->stream()));
+    std::vector<float> y(s.m * s.n);
+    cpu::linear({.x = x.data(), .w = w.values.data(), .y = y.data(), .m = s.m, .n = s.n, .k = s.k});
+    const double u = 0x1p-24, gamma = s.k * u / (1 - s.k * u);
+    ASSERT_GE(testing::check_linear_within(x, w.values, gy.download(), y, s.m, s.n, s.k, 2 * gamma), 0);
+  }
+}
+
+// Through the backend: MXFP8-held weights give the BF16-held form's bits on the same numbers on
+// every path linear takes (the skinny kernel alone and grouped at decode sizes; at 16 and 300
+// rows the weight decoded to BF16 and the three products).
+TEST_F(SkinnyLinear, BackendMxfp8PathsGiveTheBf16FormsBits) {
+  auto rng = testing::seeded_rng(94);
+  const int64_t k = 1024;
+  const std::vector<int64_t> widths = {700, 64, 129};
+  std::vector<Mxfp8Weight> host;
+  std::vector<Buffer<uint16_t>> w16;
+  std::vector<Buffer<uint8_t>> codes, scales;
+  for (int64_t n : widths) {
+    host.push_back(random_mxfp8(n, k, 119, 16, rng));
+    std::vector<uint16_t> bits(host.back().values.size());
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = bf16_encode(host.back().values[i]);
+    w16.emplace_back(*gpu_, bits);
+    codes.emplace_back(*gpu_, host.back().codes);
+    scales.emplace_back(*gpu_, host.back().scales);
+  }
+  for (int64_t m : {1, 3, 16, 300}) {
+    SCOPED_TRACE(::testing::Message() << m << " rows");
+    const auto x = testing::random_floats(m * k, testing::Distribution::kStudentT3, rng);
+    Buffer<float> gx(*gpu_, x);
+    std::vector<Buffer<float>> want, got;
+    std::vector<LinearParams> mx_parts;
+    for (size_t i = 0; i < widths.size(); ++i) {
+      const int64_t n = widths[i];
+      want.emplace_back(*gpu_, std::vector<float>(m * n, std::numeric_limits<float>::quiet_NaN()));
+      got.emplace_back(*gpu_, std::vector<float>(m * n, std::numeric_limits<float>::quiet_NaN()));
+      gpu_->linear({.x = gx.data(), .y = want.back().data(), .m = m, .n = n, .k = k, .w_bf16 = w16[i].data()});
+      mx_parts.push_back({.x = gx.data(), .y = got.back().data(), .m = m, .n = n, .k = k,
+                          .w_e4m3 = codes[i].data(), .w_scales = scales[i].data()});
+    }
+    gpu_->linears(mx_parts);
+    for (size_t i = 0; i < widths.size(); ++i) {
+      const auto a = got[i].download(), b = want[i].download();
+      for (size_t j = 0; j < a.size(); ++j) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(a[j]), std::bit_cast<uint32_t>(b[j])) << "part " << i << " at " << j;
+      }
+    }
+  }
+}
+
 // Shapes the kernel does not take go to the three-product path (CudaBackend::linear); the
 // launcher refuses them rather than reading past a row.
 TEST_F(SkinnyLinear, RefusesShapesItDoesNotTake) {
   Buffer<float> x(*gpu_, 16 * 64), y(*gpu_, 16 * 64);
   Buffer<uint16_t> w(*gpu_, 64 * 64);
+  Buffer<uint8_t> codes(*gpu_, 64 * 64);
   const cuda::detail::SkinnyLinearArgs fits{.x = x.data(), .w = w.data(), .y = y.data(), .m = 8, .n = 64, .k = 64};
   EXPECT_TRUE(cuda::detail::skinny_linear_fits(fits));
   auto with = [&](auto change) {
@@ -124,7 +243,12 @@ TEST_F(SkinnyLinear, RefusesShapesItDoesNotTake) {
                         with([](auto& a) { a.m = 5, a.n = 8192, a.k = 1032; }),
                         with([](auto& a) { a.k = 60; }), with([](auto& a) { a.k = 4; }),
                         with([](auto& a) { a.n = 0; }), with([&](auto& a) { a.x = x.data() + 1; }),
-                        with([&](auto& a) { a.w = w.data() + 4; })}) {
+                        with([&](auto& a) { a.w = w.data() + 4; }),
+                        with([&](auto& a) { a.w_e4m3 = codes.data(), a.w_scales = codes.data(); }),  // two forms
+                        with([&](auto& a) { a.w = nullptr, a.w_e4m3 = codes.data(); }),  // no scales
+                        with([&](auto& a) { a.w = nullptr, a.w_e4m3 = codes.data(), a.w_scales = codes.data(),
+                                            a.k = 48; }),  // not whole MXFP8 blocks
+                        with([&](auto& a) { a.w = nullptr, a.w_e4m3 = codes.data() + 8, a.w_scales = codes.data(); })}) {
     EXPECT_FALSE(cuda::detail::skinny_linear_fits(a));
     EXPECT_EQ(cuda::detail::launch_skinny_linear(a, gpu_->stream()), cudaErrorInvalidValue);
   }

@@ -1,9 +1,9 @@
 // The model's decode step on the GPU, through ModelRunner as the engine runs it (CUDA graphs
 // included). The model: the minimax-m3.1-flash preset's config with every layer an MSA + MoE
 // layer (as its layers 3-59 are) and a 32,768-token vocabulary (the vocabulary does not change a
-// layer's time); random weights: attention, the shared expert, the embedding and the LM head
-// with BF16 values (a checkpoint's BF16 or MXFP8 tensors), which the engine holds in BF16, the
-// router in FP32 as the checkpoint stores it, routed experts in NVFP4. The caches are
+// layer's time); random weights in the checkpoint's formats: attention and the index branch
+// MXFP8, which the engine holds as MXFP8 (and, for a side-by-side row, as BF16), the shared
+// expert, the embedding and the LM head BF16, the router in FP32, routed experts in NVFP4. The caches are
 // filled with one valid byte pattern, since the kernels' time does not depend on the values,
 // and a batch's sequences map onto at most kDistinctPages distinct pages (several GB, far
 // beyond the L2 cache). Per-layer time is (step of 3 layers - step of 1 layer) / 2, which
@@ -23,6 +23,7 @@
 #include "backend/cuda/device.h"
 #include "backend/profiling_backend.h"
 #include "core/check.h"
+#include "formats/mxfp8.h"
 #include "model/forward.h"
 #include "model/presets.h"
 #include "tools/fp4serve/bench_model.h"
@@ -64,6 +65,22 @@ class Filler {
     w.format = "bf16";
     return w;
   }
+  // MXFP8 blocks: E4M3 codes from a cheap generator (no NaN), scales of 2^-16 to 2^-13 (values
+  // up to about 0.05, as 1 / sqrt(6144) makes them), decoded to the FP32s the checkpoint reader
+  // would hand over.
+  model::LinearWeight linear_mxfp8(int64_t out, int64_t in) {
+    model::LinearWeight w{.w = std::vector<float>(static_cast<size_t>(out * in)), .out = out, .in = in,
+                          .format = "mxfp8"};
+    uint8_t codes[kMxfp8BlockElems];
+    for (size_t b = 0; b < w.w.size(); b += kMxfp8BlockElems) {
+      for (int i = 0; i < kMxfp8BlockElems; i += 8) {
+        const uint64_t word = next() & 0xF7F7F7F7F7F7F7F7ull;  // exponent below 15: never 0x7F
+        std::memcpy(codes + i, &word, 8);
+      }
+      mxfp8_dequantize_block(codes, static_cast<uint8_t>(111 + (next() >> 62)), &w.w[b]);
+    }
+    return w;
+  }
   // NVFP4 stacks: codes from a cheap generator, E4M3 scales in [2^-6, 2^2) so no value is NaN.
   model::Nvfp4Experts experts(int64_t count, int64_t n, int64_t k) {
     model::Nvfp4Experts s;
@@ -97,14 +114,14 @@ model::ModelWeights random_weights(const model::ModelConfig& c, Filler& f) {
     layer.input_norm = f.floats(h, 0.1f);
     layer.post_attention_norm = f.floats(h, 0.1f);
     model::AttentionWeights& a = layer.attn;
-    a.q = f.linear_bf16(c.num_heads * d, h);
-    a.k = f.linear_bf16(c.num_kv_heads * d, h);
-    a.v = f.linear_bf16(c.num_kv_heads * d, h);
-    a.o = f.linear_bf16(h, c.num_heads * d);
+    a.q = f.linear_mxfp8(c.num_heads * d, h);
+    a.k = f.linear_mxfp8(c.num_kv_heads * d, h);
+    a.v = f.linear_mxfp8(c.num_kv_heads * d, h);
+    a.o = f.linear_mxfp8(h, c.num_heads * d);
     a.q_norm = f.floats(d, 0.1f);
     a.k_norm = f.floats(d, 0.1f);
-    a.index_q = f.linear_bf16(c.num_index_heads * di, h);
-    a.index_k = f.linear_bf16(di, h);
+    a.index_q = f.linear_mxfp8(c.num_index_heads * di, h);
+    a.index_k = f.linear_mxfp8(di, h);
     a.index_q_norm = f.floats(di, 0.1f);
     a.index_k_norm = f.floats(di, 0.1f);
     model::MoeWeights& m = layer.moe_weights;
@@ -127,6 +144,7 @@ struct Bench {
   model::ModelConfig config;
   model::ModelWeights weights;
   std::unique_ptr<model::ResidentWeights> resident;
+  std::unique_ptr<model::ResidentWeights> resident_bf16;  // the MXFP8 projections held as BF16
 };
 
 // A decode step of `batch` sequences at `context` tokens: the caches, filled with one valid byte
@@ -165,10 +183,10 @@ struct DecodeStep {
 
 // Milliseconds per decode step: the first step records the graph (or, op by op, warms up),
 // then the median of `reps`.
-double step_ms(const Bench& b, cuda::CudaBackend& gpu, kvcache::PageDType dtype, int64_t batch, int64_t context,
-               int reps, bool graphs) {
+double step_ms(const Bench& b, const model::ResidentWeights& resident, cuda::CudaBackend& gpu,
+               kvcache::PageDType dtype, int64_t batch, int64_t context, int reps, bool graphs) {
   DecodeStep step(b.config, gpu, gpu.stream(), dtype, batch, context);
-  model::ModelRunner runner(b.config, b.weights, *b.resident, gpu, step.cache);
+  model::ModelRunner runner(b.config, b.weights, resident, gpu, step.cache);
   runner.set_graphs(graphs);
   runner.forward(step.batch);  // records, or warms up
   std::vector<double> ms;
@@ -234,12 +252,15 @@ std::vector<Row> profile_layer_ops(const std::string& device, const Bench& one, 
   return rows;
 }
 
-// Bytes one layer must move for one decode step: its weights (attention and the shared expert
-// held in BF16, the FP32 router, the routed experts expected to be active), the index cache of
-// every visible block and the K/V of the selected ones.
-double layer_bytes(const model::ModelConfig& c, kvcache::PageDType dtype, int64_t batch, int64_t context) {
+// Bytes one layer must move for one decode step: its weights (attention in MXFP8, or BF16 when
+// held so, the shared expert in BF16, the FP32 router, the routed experts expected to be
+// active), the index cache of every visible block and the K/V of the selected ones.
+double layer_bytes(const model::ModelConfig& c, kvcache::PageDType dtype, int64_t batch, int64_t context,
+                   bool attention_bf16) {
   const int64_t h = c.hidden_size, d = c.head_dim, di = c.index_head_dim;
-  const double attention = 2.0 * h * (c.num_heads * d * 2 + c.num_kv_heads * d * 2 + c.num_index_heads * di + di);
+  const double attention_bytes = attention_bf16 ? 2.0 : 1.0 + 1.0 / kMxfp8BlockElems;
+  const double attention =
+      attention_bytes * h * (c.num_heads * d * 2 + c.num_kv_heads * d * 2 + c.num_index_heads * di + di);
   const double shared = 2.0 * 3 * h * c.shared_intermediate_size + 4.0 * h * c.num_experts;
   const double active = c.num_experts * (1 - std::pow(1 - double(c.num_experts_per_tok) / c.num_experts, double(batch)));
   const double experts = active * 3 * h * c.moe_intermediate_size * (0.5 + 1.0 / 16);
@@ -257,11 +278,13 @@ std::vector<Row> bench_model_decode(const std::string& device, double copy_gbps,
   const int reps = options.reps;
   cuda::CudaBackend gpu;
   Filler filler(0x4D33);
-  Bench one{m31_flash_layers(1), {}, nullptr}, three{m31_flash_layers(3), {}, nullptr};
+  Bench one{m31_flash_layers(1), {}, nullptr, nullptr}, three{m31_flash_layers(3), {}, nullptr, nullptr};
   one.weights = random_weights(one.config, filler);
   three.weights = random_weights(three.config, filler);
-  one.resident = std::make_unique<model::ResidentWeights>(one.weights, gpu);
-  three.resident = std::make_unique<model::ResidentWeights>(three.weights, gpu);
+  for (Bench* b : {&one, &three}) {
+    b->resident = std::make_unique<model::ResidentWeights>(b->weights, gpu);
+    b->resident_bf16 = std::make_unique<model::ResidentWeights>(b->weights, gpu, model::ResidentWeights::Mxfp8::kAsBf16);
+  }
   std::vector<Row> rows;
   const int timed = std::max(3, reps / 2);
   for (kvcache::PageDType dtype : {kvcache::PageDType::kNVFP4, kvcache::PageDType::kFP8, kvcache::PageDType::kBF16}) {
@@ -270,25 +293,34 @@ std::vector<Row> bench_model_decode(const std::string& device, double copy_gbps,
       for (int64_t context : {8192, 65536, 262144}) {
         // Op by op (--enforce-eager) too on NVFP4 caches, the engine's default: what the
         // recorded steps save per layer.
+        // And at 64K on NVFP4 caches, the MXFP8 projections held as BF16, side by side (the
+        // projections' time does not depend on the context).
         for (const bool graphs : {true, false}) {
-          if (!graphs && dtype != kvcache::PageDType::kNVFP4) continue;
-          const double t1 = step_ms(one, gpu, dtype, batch, context, timed, graphs);
-          const double t3 = step_ms(three, gpu, dtype, batch, context, timed, graphs);
-          const double layer = (t3 - t1) / 2;
-          rows.push_back({device,
-                          fmt::format("m3.1-flash decode layer {}{}", kvcache::page_dtype_name(dtype),
-                                      graphs ? "" : " (eager)"),
-                          fmt::format("b{} x {}K, {:.0f} tok/s/layer, step(3 layers) {:.2f} ms", batch,
-                                      context / 1024, batch / (layer * 1e-3), t3),
-                          layer_bytes(three.config, dtype, batch, context), layer, copy_gbps, false});
+          for (const bool bf16 : {false, true}) {
+            if ((!graphs || bf16) && dtype != kvcache::PageDType::kNVFP4) continue;
+            if (bf16 && (!graphs || context != 65536)) continue;
+            const double t1 = step_ms(one, bf16 ? *one.resident_bf16 : *one.resident, gpu, dtype, batch, context,
+                                      timed, graphs);
+            const double t3 = step_ms(three, bf16 ? *three.resident_bf16 : *three.resident, gpu, dtype, batch,
+                                      context, timed, graphs);
+            const double layer = (t3 - t1) / 2;
+            rows.push_back({device,
+                            fmt::format("m3.1-flash decode layer {}{}{}", kvcache::page_dtype_name(dtype),
+                                        graphs ? "" : " (eager)", bf16 ? " (attention held bf16)" : ""),
+                            fmt::format("b{} x {}K, {:.0f} tok/s/layer, step(3 layers) {:.2f} ms", batch,
+                                        context / 1024, batch / (layer * 1e-3), t3),
+                            layer_bytes(three.config, dtype, batch, context, bf16), layer, copy_gbps, false});
+          }
         }
       }
     }
   }
   if (options.profile_ops) {
     // The recorded steps' weights go first: the profile places its own.
-    one.resident.reset();
-    three.resident.reset();
+    for (Bench* b : {&one, &three}) {
+      b->resident.reset();
+      b->resident_bf16.reset();
+    }
     const std::vector<Row> ops = profile_layer_ops(device, one, three, options);
     rows.insert(rows.end(), ops.begin(), ops.end());
   }

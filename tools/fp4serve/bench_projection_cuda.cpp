@@ -10,6 +10,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/skinny_linear.h"
 #include "core/check.h"
+#include "formats/mxfp8.h"
 #include "tools/fp4serve/bench_projection.h"
 
 namespace fp4::bench {
@@ -22,11 +23,28 @@ struct Projection {
 // q (64 heads x 128), o, and k (4 KV heads x 128): the widest, the deepest and a narrow one.
 constexpr Projection kProjections[] = {{"q", 8192, 6144}, {"o", 6144, 8192}, {"k", 512, 6144}};
 
-std::vector<float> random_bf16_values(int64_t n, std::mt19937_64& rng) {
+// A weight as an MXFP8 checkpoint holds it (Gaussian values quantized by blocks of 32), so that
+// the FP32, BF16 and MXFP8 forms all hold the same numbers.
+struct Weight {
+  std::vector<float> values;
+  std::vector<uint16_t> bf16;
+  std::vector<uint8_t> codes, scales;
+};
+Weight random_mxfp8_weight(int64_t n, std::mt19937_64& rng) {
   std::normal_distribution<float> normal(0.0f, 0.02f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& f : v) f = std::bit_cast<float>(std::bit_cast<uint32_t>(normal(rng)) & 0xFFFF0000u);
-  return v;
+  Weight w{std::vector<float>(static_cast<size_t>(n)), std::vector<uint16_t>(static_cast<size_t>(n)),
+           std::vector<uint8_t>(static_cast<size_t>(n)), std::vector<uint8_t>(static_cast<size_t>(n / kMxfp8BlockElems))};
+  for (float& f : w.values) f = normal(rng);
+  for (size_t b = 0; b < w.scales.size(); ++b) {
+    float* block = &w.values[b * kMxfp8BlockElems];
+    w.scales[b] = mxfp8_quantize_block(block, &w.codes[b * kMxfp8BlockElems]);
+    mxfp8_dequantize_block(&w.codes[b * kMxfp8BlockElems], w.scales[b], block);
+  }
+  for (size_t i = 0; i < w.values.size(); ++i) {
+    w.bf16[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(w.values[i]) >> 16);
+    FP4_CHECK(std::bit_cast<uint32_t>(w.values[i]) << 16 == 0, "an MXFP8 weight value is not a BF16");
+  }
+  return w;
 }
 
 // The largest |gpu - cpu| over S = sum |x w| of the output, against the bound of
@@ -56,11 +74,11 @@ std::vector<Row> bench_projections(const std::string& device, double copy_gbps, 
   std::mt19937_64 rng(0x11AE);
   cuda::CudaBackend gpu;
   for (const Projection& p : kProjections) {
-    const std::vector<float> w = random_bf16_values(p.n * p.k, rng);
-    std::vector<uint16_t> bits(w.size());
-    for (size_t i = 0; i < w.size(); ++i) bits[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(w[i]) >> 16);
+    const Weight weight = random_mxfp8_weight(p.n * p.k, rng);
+    const std::vector<float>& w = weight.values;
     const Buffer<float> w32(gpu, w);
-    const Buffer<uint16_t> w16(gpu, bits);
+    const Buffer<uint16_t> w16(gpu, weight.bf16);
+    const Buffer<uint8_t> w8(gpu, weight.codes), w8_scales(gpu, weight.scales);
     bool checked = false;
     for (int64_t m : {1, 4, 8, 16, 64, 256, 8192}) {
       std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -72,6 +90,10 @@ std::vector<Row> bench_projections(const std::string& device, double copy_gbps, 
       LinearParams bf16 = f32;
       bf16.w = nullptr;
       bf16.w_bf16 = w16.data();
+      LinearParams mx = f32;
+      mx.w = nullptr;
+      mx.w_e4m3 = w8.data();
+      mx.w_scales = w8_scales.data();
       // The shapes linear gives the skinny kernel (decode-sized inputs): timed beside the three
       // products, and checked at every such m.
       const bool skinny = cuda::detail::skinny_linear_fits(
@@ -87,6 +109,8 @@ std::vector<Row> bench_projections(const std::string& device, double copy_gbps, 
           gpu.linear(bf16);
           check(x, w, dy.download(), m, p.n, p.k, "BF16-weight skinny");
         }
+        gpu.linear(mx);
+        check(x, w, dy.download(), m, p.n, p.k, skinny ? "MXFP8-weight skinny" : "MXFP8-weight");
       }
       const bool fresh = !checked || skinny;
       const std::string shape = fmt::format("m{} [{}, {}] {}", m, p.n, p.k, p.name);
@@ -104,6 +128,11 @@ std::vector<Row> bench_projections(const std::string& device, double copy_gbps, 
         rows.push_back({device, "linear bf16 weight (skinny fp32 fma)", shape, double(p.n) * p.k * 2 + io, ms,
                         copy_gbps, fresh});
       }
+      // MXFP8: the skinny kernel at decode sizes, else the weight decoded to BF16 and the three
+      // products; the bytes that must move are the codes and scales.
+      const double ms8 = cuda::median_ms([&](cudaStream_t) { gpu.linear(mx); }, 3, reps, gpu.stream());
+      rows.push_back({device, skinny ? "linear mxfp8 weight (skinny fp32 fma)" : "linear mxfp8 weight (to bf16, 3 x mma)",
+                      shape, double(p.n) * p.k * (1 + 1.0 / kMxfp8BlockElems) + io, ms8, copy_gbps, fresh});
       checked = true;
     }
   }

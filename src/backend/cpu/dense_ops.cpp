@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "formats/minifloat.h"
+#include "formats/mxfp8.h"
 
 namespace fp4::cpu {
 namespace {
@@ -32,16 +33,25 @@ float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 void linear(const LinearParams& p) {
   FP4_CHECK(p.m >= 0 && p.n >= 0 && p.k >= 0, "linear: negative size m={} n={} k={}", p.m, p.n, p.k);
-  FP4_CHECK((p.w != nullptr) != (p.w_bf16 != nullptr) || p.n * p.k == 0,
-            "linear: exactly one of w and w_bf16 must be given");
+  FP4_CHECK(linear_weight_forms(p) == 1 || p.n * p.k == 0,
+            "linear: exactly one of w, w_bf16 and w_e4m3 must be given");
+  FP4_CHECK(p.w_e4m3 == nullptr || (p.w_scales != nullptr && p.k % kMxfp8BlockElems == 0),
+            "linear: an MXFP8 weight needs its scales and k a multiple of {} (k={})", kMxfp8BlockElems, p.k);
   if (p.m == 0 || p.n == 0) return;
-  if (p.w_bf16 != nullptr) {
-    // The same values widened exactly: the FP32 path gives the same bits.
+  if (p.w_bf16 != nullptr || p.w_e4m3 != nullptr) {
+    // The same values decoded exactly: the FP32 path gives the same bits.
     std::vector<float> w(static_cast<size_t>(p.n * p.k));
-    for (size_t i = 0; i < w.size(); ++i) w[i] = bf16_decode(p.w_bf16[i]);
+    if (p.w_bf16 != nullptr) {
+      for (size_t i = 0; i < w.size(); ++i) w[i] = bf16_decode(p.w_bf16[i]);
+    } else {
+      for (size_t b = 0; b < w.size() / kMxfp8BlockElems; ++b) {
+        mxfp8_dequantize_block(p.w_e4m3 + b * kMxfp8BlockElems, p.w_scales[b], w.data() + b * kMxfp8BlockElems);
+      }
+    }
     LinearParams wide = p;
     wide.w = w.data();
     wide.w_bf16 = nullptr;
+    wide.w_e4m3 = wide.w_scales = nullptr;
     linear(wide);
     return;
   }

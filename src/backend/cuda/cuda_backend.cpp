@@ -18,8 +18,10 @@
 #include "backend/cuda/moe_ops.h"
 #include "backend/cuda/paged_attention.h"
 #include "backend/cuda/pre_attention.h"
+#include "backend/cuda/quantize.h"
 #include "backend/cuda/sampler.h"
 #include "backend/cuda/skinny_linear.h"
+#include "formats/mxfp8.h"
 
 namespace fp4::cuda {
 namespace {
@@ -34,6 +36,11 @@ namespace {
 
 // The first visible device: CUDA_VISIBLE_DEVICES chooses it, and it is every thread's default.
 constexpr int kDevice = 0;
+
+// The skinny kernel's view of a BF16- or MXFP8-held weight's linear.
+detail::SkinnyLinearArgs skinny_args(const LinearParams& p) {
+  return {.x = p.x, .w = p.w_bf16, .y = p.y, .m = p.m, .n = p.n, .k = p.k, .w_e4m3 = p.w_e4m3, .w_scales = p.w_scales};
+}
 
 }  // namespace
 
@@ -181,8 +188,10 @@ void CudaBackend::synchronize() { FP4_CUDA_CHECK(cudaStreamSynchronize(stream_))
 
 void CudaBackend::linear(const LinearParams& p) {
   FP4_CHECK(p.m >= 0 && p.n >= 0 && p.k >= 0, "linear: negative size m={} n={} k={}", p.m, p.n, p.k);
-  FP4_CHECK((p.w != nullptr) != (p.w_bf16 != nullptr) || p.n * p.k == 0,
-            "linear: exactly one of w and w_bf16 must be given");
+  FP4_CHECK(linear_weight_forms(p) == 1 || p.n * p.k == 0,
+            "linear: exactly one of w, w_bf16 and w_e4m3 must be given");
+  FP4_CHECK(p.w_e4m3 == nullptr || (p.w_scales != nullptr && p.k % kMxfp8BlockElems == 0),
+            "linear: an MXFP8 weight needs its scales and k a multiple of {} (k={})", kMxfp8BlockElems, p.k);
   constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
   FP4_CHECK(p.m <= kMaxInt && p.n <= kMaxInt && p.k <= kMaxInt, "linear: m={} n={} k={} exceed cuBLAS's int",
             p.m, p.n, p.k);
@@ -193,6 +202,10 @@ void CudaBackend::linear(const LinearParams& p) {
   }
   if (p.w_bf16 != nullptr) {
     linear_bf16_weight(p);
+    return;
+  }
+  if (p.w_e4m3 != nullptr) {
+    linear_mxfp8_weight(p);
     return;
   }
   // A row-major [r, c] matrix is a column-major [c, r] one, so cuBLAS computes
@@ -210,11 +223,13 @@ void CudaBackend::linears(std::span<const LinearParams> parts) {
   if (bf16_linear_ == Bf16Linear::kAuto && count >= 2 && count <= detail::kSkinnyMaxParts) {
     std::array<detail::SkinnyLinearArgs, detail::kSkinnyMaxParts> args{};
     bool grouped = true;
+    const bool mx = parts[0].w_e4m3 != nullptr;
     for (int i = 0; i < count; ++i) {
       const LinearParams& p = parts[i];
-      args[i] = {.x = p.x, .w = p.w_bf16, .y = p.y, .m = p.m, .n = p.n, .k = p.k};
-      grouped = grouped && p.w_bf16 != nullptr && p.w == nullptr && p.x == parts[0].x && p.m == parts[0].m &&
-                p.k == parts[0].k && detail::skinny_linear_fits(args[i]);
+      args[i] = skinny_args(p);
+      grouped = grouped && p.w == nullptr && (mx ? p.w_e4m3 != nullptr : p.w_bf16 != nullptr) &&
+                linear_weight_forms(p) == 1 && p.x == parts[0].x && p.m == parts[0].m && p.k == parts[0].k &&
+                detail::skinny_linear_fits(args[i]);
     }
     if (grouped) {
       FP4_CUDA_CHECK(detail::launch_skinny_linear_group(args.data(), count, stream_));
@@ -234,7 +249,7 @@ void CudaBackend::linears(std::span<const LinearParams> parts) {
 // inputs take one kernel of FP32 multiply-adds instead (skinny_linear.h): as exact as an FP32
 // GEMM, and the weight read at the copy bandwidth's pace rather than in three launches.
 void CudaBackend::linear_bf16_weight(const LinearParams& p) {
-  const detail::SkinnyLinearArgs skinny{.x = p.x, .w = p.w_bf16, .y = p.y, .m = p.m, .n = p.n, .k = p.k};
+  const detail::SkinnyLinearArgs skinny = skinny_args(p);
   if (bf16_linear_ == Bf16Linear::kAuto && detail::skinny_linear_fits(skinny)) {
     FP4_CUDA_CHECK(detail::launch_skinny_linear(skinny, stream_));
     return;
@@ -257,6 +272,28 @@ void CudaBackend::linear_bf16_weight(const LinearParams& p) {
                                   CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     FP4_CUDA_CHECK(detail::launch_sum_thirds(parts.data(), rows * p.n, p.y + row * p.n, stream_));
   }
+}
+
+// MXFP8-held weights hold BF16 values (LinearParams), so every path gives the BF16 form's bits
+// for them. Decode-sized inputs stream the codes through the skinny kernel (half the BF16
+// form's bytes); larger ones decode the weight into BF16 in stream-ordered scratch, exactly,
+// and take the three products on it: a prompt chunk's GEMM outweighs the one pass over the
+// weight that this adds.
+void CudaBackend::linear_mxfp8_weight(const LinearParams& p) {
+  const detail::SkinnyLinearArgs skinny = skinny_args(p);
+  if (bf16_linear_ == Bf16Linear::kAuto && detail::skinny_linear_fits(skinny)) {
+    FP4_CUDA_CHECK(detail::launch_skinny_linear(skinny, stream_));
+    return;
+  }
+  Buffer<uint16_t> w(*this, static_cast<size_t>(p.n * p.k));
+  cuda::dequantize(BlockFormat::kMxfp8,
+                   {.values = p.w_e4m3, .scales = p.w_scales, .rows = p.n, .cols = p.k, .output = w.data(),
+                    .output_dtype = DType::kBF16, .output_row_stride = p.k},
+                   stream_);
+  LinearParams bf16 = p;
+  bf16.w_e4m3 = bf16.w_scales = nullptr;
+  bf16.w_bf16 = w.data();
+  linear_bf16_weight(bf16);
 }
 
 void CudaBackend::rms_norm(const RmsNormParams& p) { cuda::rms_norm(p, stream_); }

@@ -55,7 +55,8 @@ class CudaBackend final : public Backend {
   // FP32 GEMM on cuBLAS in its pedantic mode: IEEE FP32 products and sums (never TF32), in
   // cuBLAS's order, so results differ from the CPU's only by the order of the sums.
   void linear(const LinearParams& p) override;
-  // One skinny launch for every part when all are BF16-held weights it takes (decode sizes).
+  // One skinny launch for every part when all are BF16-held, or all MXFP8-held, weights it
+  // takes (decode sizes).
   void linears(std::span<const LinearParams> parts) override;
   void rms_norm(const RmsNormParams& p) override;
   void add_rms_norm(const AddRmsNormParams& p) override;
@@ -81,9 +82,10 @@ class CudaBackend final : public Backend {
   void set_indexer_math(IndexerMath math) { indexer_.math = math; }
   // Where prompt chunks take the prefill attention kernel (paged_attention.h); for comparisons.
   void set_prefill_attention(PrefillKernelUse use) { attention_.prefill = use; }
-  // How linear multiplies BF16-held weights: kAuto streams them through the skinny FP32 kernel
-  // for decode-sized inputs (skinny_linear.h) and takes three BF16 tensor-core products
-  // otherwise; kSplitMma always the latter (for comparisons).
+  // How linear multiplies BF16- and MXFP8-held weights: kAuto streams them through the skinny
+  // FP32 kernel for decode-sized inputs (skinny_linear.h) and takes three BF16 tensor-core
+  // products otherwise (on an MXFP8 weight decoded to BF16); kSplitMma always the latter (for
+  // comparisons).
   enum class Bf16Linear { kAuto, kSplitMma };
   void set_bf16_linear(Bf16Linear path) { bf16_linear_ = path; }
 
@@ -93,6 +95,7 @@ class CudaBackend final : public Backend {
 
  private:
   void linear_bf16_weight(const LinearParams& p);
+  void linear_mxfp8_weight(const LinearParams& p);
 
   cudaStream_t stream_ = nullptr;
   cublasContext* cublas_ = nullptr;

@@ -16,6 +16,7 @@
 #include "formats/attention_operands.h"
 #include "formats/e4m3_query.h"
 #include "formats/minifloat.h"
+#include "formats/mxfp8.h"
 #include "tests/support/paged_batch.h"
 #include "tests/support/random.h"
 
@@ -48,11 +49,12 @@ TEST(CpuLinear, MatchesDoubleReferenceWithinAccumulationBound) {
   }
 }
 
-// BF16-held weights and tables are the same numbers as their FP32 widening, so the results are
-// the FP32 path's bit for bit; and giving both or neither form of the weight is refused.
-TEST(CpuLinear, Bf16WeightsGiveTheFp32PathsBits) {
+// BF16- and MXFP8-held weights and BF16 tables are the same numbers as their FP32 decoding, so
+// the results are the FP32 path's bit for bit; and giving two forms of the weight, an MXFP8
+// weight without scales or k not whole MXFP8 blocks is refused.
+TEST(CpuLinear, Bf16AndMxfp8WeightsGiveTheFp32PathsBits) {
   auto rng = testing::seeded_rng(11);
-  const int m = 5, n = 19, k = 40;
+  const int m = 5, n = 19, k = 64;
   const auto x = testing::random_floats(m * k, testing::Distribution::kGaussian, rng);
   auto w = testing::random_floats(n * k, testing::Distribution::kStudentT3, rng);
   std::vector<uint16_t> bits(w.size());
@@ -67,6 +69,25 @@ TEST(CpuLinear, Bf16WeightsGiveTheFp32PathsBits) {
   EXPECT_THROW(cpu::linear({.x = x.data(), .w = w.data(), .y = got.data(), .m = m, .n = n, .k = k,
                             .w_bf16 = bits.data()}),
                Error);
+
+  // MXFP8 codes of the same numbers (each 32-run of a row made exact first), the same bits.
+  std::vector<float> w8 = w;
+  std::vector<uint8_t> codes(w.size()), scales(w.size() / kMxfp8BlockElems);
+  for (size_t b = 0; b < scales.size(); ++b) {
+    float* block = w8.data() + b * kMxfp8BlockElems;
+    scales[b] = mxfp8_quantize_block(block, codes.data() + b * kMxfp8BlockElems);
+    mxfp8_dequantize_block(codes.data() + b * kMxfp8BlockElems, scales[b], block);
+  }
+  cpu::linear({.x = x.data(), .w = w8.data(), .y = want.data(), .m = m, .n = n, .k = k});
+  std::fill(got.begin(), got.end(), -1.0f);
+  cpu::linear({.x = x.data(), .y = got.data(), .m = m, .n = n, .k = k, .w_e4m3 = codes.data(),
+               .w_scales = scales.data()});
+  EXPECT_EQ(got, want);
+  EXPECT_THROW(cpu::linear({.x = x.data(), .y = got.data(), .m = m, .n = n, .k = k, .w_e4m3 = codes.data()}),
+               Error);  // no scales
+  EXPECT_THROW(cpu::linear({.x = x.data(), .y = got.data(), .m = m, .n = n - 1, .k = k - 8,
+                            .w_e4m3 = codes.data(), .w_scales = scales.data()}),
+               Error);  // k not whole blocks
 
   const std::vector<int32_t> ids = {3, 0, 18, 3};
   std::vector<float> rows(ids.size() * k), rows_bf16(ids.size() * k, -1.0f);

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "backend/cpu/quantize.h"
 #include "core/check.h"
@@ -265,6 +267,54 @@ TEST(Mxfp8Block, EdgeCases) {
   EXPECT_EQ(mxfp8_quantize_block(x, v), kUE8M0NaN);
   mxfp8_dequantize_block(v, kUE8M0NaN, y);
   for (float f : y) EXPECT_TRUE(std::isnan(f));
+}
+
+// A checkpoint's MXFP8 block, decoded, is found exact and re-encoded losslessly whatever scale
+// the checkpoint chose (here: the ceiling scale and up to 3 below it where the codes allow, and
+// random codes at scales from 2^-127 to 2^127, subnormal codes and signed zeros included);
+// a block that is not exactly MXFP8 (one value off by an ulp, an infinity, a NaN) is refused.
+TEST(Mxfp8Block, ExactBlocksAreFoundAndReencodedLosslessly) {
+  auto rng = testing::seeded_rng(17);
+  std::uniform_int_distribution<int> code_dist(0, 255), scale_dist(0, 254);
+  float x[32], y[32];
+  uint8_t codes[32], found[32];
+  for (int trial = 0; trial < 2000; ++trial) {
+    const uint8_t s = static_cast<uint8_t>(scale_dist(rng));
+    for (uint8_t& c : codes) {
+      do c = static_cast<uint8_t>(code_dist(rng)); while ((c & 0x7F) == 0x7F);  // no NaN codes
+    }
+    if (trial % 4 == 1) codes[trial % 32] = 0x80;  // -0
+    if (trial % 4 == 2) for (uint8_t& c : codes) c &= 0x87;  // every value subnormal
+    mxfp8_dequantize_block(codes, s, x);
+    uint8_t scale = 0;
+    ASSERT_TRUE(mxfp8_quantize_block_exact(x, found, scale)) << "trial " << trial << " scale " << int(s);
+    mxfp8_dequantize_block(found, scale, y);
+    for (int i = 0; i < 32; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(x[i])) << "trial " << trial << " at " << i;
+    }
+    // One value nudged by an ulp away from zero leaves the E4M3 grid at every scale (E4M3 keeps
+    // 3 fraction bits, FP32 23), unless it was zero or too small for the nudge to matter.
+    const int at = trial % 32;
+    if (std::fabs(x[at]) >= 0x1p-100f) {
+      x[at] = std::nextafter(x[at], x[at] > 0 ? INFINITY : -INFINITY);
+      EXPECT_FALSE(mxfp8_quantize_block_exact(x, found, scale)) << "trial " << trial;
+    }
+  }
+  std::fill(x, x + 32, 0.0f);
+  uint8_t scale = 255;
+  ASSERT_TRUE(mxfp8_quantize_block_exact(x, found, scale));
+  x[3] = INFINITY;
+  EXPECT_FALSE(mxfp8_quantize_block_exact(x, found, scale));
+  x[3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(mxfp8_quantize_block_exact(x, found, scale));
+  // A BF16 value with more than 4 significant bits is not E4M3 at any scale.
+  std::fill(x, x + 32, 1.0f);
+  x[5] = 1.0f + 0x1p-5f;
+  EXPECT_FALSE(mxfp8_quantize_block_exact(x, found, scale));
+  // 448 x 2^127 needs the largest finite scale (254).
+  x[5] = 448.0f * 0x1p127f;
+  ASSERT_TRUE(mxfp8_quantize_block_exact(x, found, scale));
+  EXPECT_EQ(scale, 254);
 }
 
 TEST(CpuQuantize, StridedRowsMatchBlockByBlock) {
