@@ -8,6 +8,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/mxfp8_linear.h"
 #include "backend/cuda/skinny_linear.h"
 #include "core/check.h"
 #include "formats/mxfp8.h"
@@ -98,6 +99,12 @@ std::vector<Row> bench_projections(const std::string& device, double copy_gbps, 
       // products, and checked at every such m.
       const bool skinny = cuda::detail::skinny_linear_fits(
           {.x = dx.data(), .w = w16.data(), .y = dy.data(), .m = m, .n = p.n, .k = p.k});
+      // The tensor-core kernel on MXFP8 codes (decode batches past the skinny kernel's): checked
+      // at its first row count.
+      const bool mma = !skinny && cuda::detail::mxfp8_linear_fits({.x = dx.data(), .w_e4m3 = w8.data(),
+                                                                   .w_scales = w8_scales.data(), .y = dy.data(),
+                                                                   .m = m, .n = p.n, .k = p.k});
+      const bool check_mma = mma && m == 16;
       if (!checked || skinny) {
         gpu.linear(f32);
         check(x, w, dy.download(), m, p.n, p.k, "FP32-weight");
@@ -109,10 +116,12 @@ std::vector<Row> bench_projections(const std::string& device, double copy_gbps, 
           gpu.linear(bf16);
           check(x, w, dy.download(), m, p.n, p.k, "BF16-weight skinny");
         }
-        gpu.linear(mx);
-        check(x, w, dy.download(), m, p.n, p.k, skinny ? "MXFP8-weight skinny" : "MXFP8-weight");
       }
-      const bool fresh = !checked || skinny;
+      if (!checked || skinny || check_mma) {
+        gpu.linear(mx);
+        check(x, w, dy.download(), m, p.n, p.k, "MXFP8-weight");
+      }
+      const bool fresh = !checked || skinny || check_mma;
       const std::string shape = fmt::format("m{} [{}, {}] {}", m, p.n, p.k, p.name);
       const double io = double(m) * p.k * 4 + double(m) * p.n * 4;
       const double ms32 = cuda::median_ms([&](cudaStream_t) { gpu.linear(f32); }, 3, reps, gpu.stream());
@@ -128,10 +137,14 @@ std::vector<Row> bench_projections(const std::string& device, double copy_gbps, 
         rows.push_back({device, "linear bf16 weight (skinny fp32 fma)", shape, double(p.n) * p.k * 2 + io, ms,
                         copy_gbps, fresh});
       }
-      // MXFP8: the skinny kernel at decode sizes, else the weight decoded to BF16 and the three
-      // products; the bytes that must move are the codes and scales.
+      // MXFP8: the skinny kernel at decode sizes, the FP16 tensor-core kernel on the codes for
+      // decode batches, else the weight decoded to BF16 and the three products; the bytes that
+      // must move are the codes and scales.
       const double ms8 = cuda::median_ms([&](cudaStream_t) { gpu.linear(mx); }, 3, reps, gpu.stream());
-      rows.push_back({device, skinny ? "linear mxfp8 weight (skinny fp32 fma)" : "linear mxfp8 weight (to bf16, 3 x mma)",
+      rows.push_back({device,
+                      skinny ? "linear mxfp8 weight (skinny fp32 fma)"
+                      : mma  ? "linear mxfp8 weight (fp16 mma on codes)"
+                             : "linear mxfp8 weight (to bf16, 3 x mma)",
                       shape, double(p.n) * p.k * (1 + 1.0 / kMxfp8BlockElems) + io, ms8, copy_gbps, fresh});
       checked = true;
     }

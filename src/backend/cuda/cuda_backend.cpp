@@ -16,6 +16,7 @@
 #include "backend/cuda/indexer_topk.h"
 #include "backend/cuda/moe_math.h"
 #include "backend/cuda/moe_ops.h"
+#include "backend/cuda/mxfp8_linear.h"
 #include "backend/cuda/paged_attention.h"
 #include "backend/cuda/pre_attention.h"
 #include "backend/cuda/quantize.h"
@@ -274,15 +275,23 @@ void CudaBackend::linear_bf16_weight(const LinearParams& p) {
   }
 }
 
-// MXFP8-held weights hold BF16 values (LinearParams), so every path gives the BF16 form's bits
-// for them. Decode-sized inputs stream the codes through the skinny kernel (half the BF16
-// form's bytes); larger ones decode the weight into BF16 in stream-ordered scratch, exactly,
-// and take the three products on it: a prompt chunk's GEMM outweighs the one pass over the
-// weight that this adds.
+// MXFP8-held weights hold BF16 values (LinearParams). Up to 4 rows of x stream the codes through
+// the skinny kernel, with the BF16 form's bits; up to 64 (decode batches) go to the FP16
+// tensor-core kernel on the codes (mxfp8_linear.h), within its bound; longer inputs (prompt
+// chunks) decode the weight into BF16 in stream-ordered scratch, exactly, and take the three
+// products on it, with the BF16 form's bits: their GEMM outweighs the one pass over the weight
+// that this adds.
 void CudaBackend::linear_mxfp8_weight(const LinearParams& p) {
   const detail::SkinnyLinearArgs skinny = skinny_args(p);
   if (bf16_linear_ == Bf16Linear::kAuto && detail::skinny_linear_fits(skinny)) {
     FP4_CUDA_CHECK(detail::launch_skinny_linear(skinny, stream_));
+    return;
+  }
+  const detail::Mxfp8LinearArgs mma{
+      .x = p.x, .w_e4m3 = p.w_e4m3, .w_scales = p.w_scales, .y = p.y, .m = p.m, .n = p.n, .k = p.k};
+  if (bf16_linear_ == Bf16Linear::kAuto && detail::mxfp8_linear_fits(mma)) {
+    Buffer<uint8_t> workspace(*this, static_cast<size_t>(detail::mxfp8_linear_workspace_bytes(mma)));
+    FP4_CUDA_CHECK(detail::launch_mxfp8_linear(mma, workspace.data(), stream_));
     return;
   }
   Buffer<uint16_t> w(*this, static_cast<size_t>(p.n * p.k));

@@ -83,9 +83,10 @@ class CudaBackend final : public Backend {
   // Where prompt chunks take the prefill attention kernel (paged_attention.h); for comparisons.
   void set_prefill_attention(PrefillKernelUse use) { attention_.prefill = use; }
   // How linear multiplies BF16- and MXFP8-held weights: kAuto streams them through the skinny
-  // FP32 kernel for decode-sized inputs (skinny_linear.h) and takes three BF16 tensor-core
-  // products otherwise (on an MXFP8 weight decoded to BF16); kSplitMma always the latter (for
-  // comparisons).
+  // FP32 kernel for decode-sized inputs (skinny_linear.h), MXFP8 ones through the FP16
+  // tensor-core kernel on their codes for decode batches (mxfp8_linear.h), and takes three BF16
+  // tensor-core products otherwise (on an MXFP8 weight decoded to BF16); kSplitMma always the
+  // latter (for comparisons).
   enum class Bf16Linear { kAuto, kSplitMma };
   void set_bf16_linear(Bf16Linear path) { bf16_linear_ = path; }
 

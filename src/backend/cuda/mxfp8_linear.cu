@@ -1,0 +1,307 @@
+// See mxfp8_linear.h. Three kernels:
+// - split_rows_kernel, one CTA per row of x (padded to whole 16-row tiles with zero rows): the
+//   row's scale and its three FP16 pieces, [3][rows][k], and the factor 2^-s.
+// - mxfp8_linear_kernel<kTiles>, grid (ceil(n / 128), splits), 4 warps: warp w owns 32 output
+//   features (four 8-column MMA tiles, B) of the CTA's 128 and every row of x (kTiles 16-row A
+//   tiles), over the split's groups of 128 values of k (four MXFP8 blocks). In an MMA of block
+//   b, lane (g, t) supplies k = 8t + 4j + {0..3} for step j in {0, 1}: its B fragment is the 8
+//   contiguous code bytes [8t, 8t + 8) of its feature g's block, four hardware E4M3 -> FP16x2
+//   conversions, and its A fragments one 16-byte load of each of rows g and g + 8 per piece
+//   (the k order is a permutation applied to both operands, which a dot product allows). Each
+//   warp streams its features' codes and scales through its own ring of shared-memory slots
+//   (cp.async, two groups ahead: 8 KB of weight in flight a warp), synchronized within the warp
+//   only. x comes through L1, shared by the CTA's warps.
+// - sum_splits_kernel: y = the splits' partial sums added in split order.
+#include "backend/cuda/mxfp8_linear.h"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/mma.cuh"
+
+namespace fp4::cuda::detail {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kNTiles = 4;  // 8-feature MMA tiles a warp
+constexpr int kCtaFeatures = kWarps * kNTiles * 8;
+constexpr int kGroup = 128;  // values of k a step: four MXFP8 blocks
+constexpr int kSplitThreads = 256;
+
+struct Plan {
+  int tiles = 1;  // 16-row tiles of x
+  int64_t rows = 16, feature_tiles = 1, groups = 1, per_split = 1, splits = 1;
+  int64_t pieces_bytes = 0, factors_bytes = 0, partial_bytes = 0;
+};
+
+int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+Plan make_plan(const Mxfp8LinearArgs& a, int sms) {
+  Plan p;
+  p.tiles = a.m <= 16 ? 1 : a.m <= 32 ? 2 : 4;
+  p.rows = 16 * p.tiles;
+  p.feature_tiles = (a.n + kCtaFeatures - 1) / kCtaFeatures;
+  p.groups = a.k / kGroup;
+  // About four CTAs an SM: enough warps to keep the weight streaming, and k split no finer.
+  const int64_t wanted = std::clamp<int64_t>((4 * int64_t{sms} + p.feature_tiles - 1) / p.feature_tiles, 1, p.groups);
+  p.per_split = (p.groups + wanted - 1) / wanted;
+  p.splits = (p.groups + p.per_split - 1) / p.per_split;
+  p.pieces_bytes = round_up(3 * p.rows * a.k * 2, 256);
+  p.factors_bytes = round_up(p.rows * 4, 256);
+  p.partial_bytes = p.splits > 1 ? round_up(p.splits * a.m * a.n * 4, 256) : 0;
+  return p;
+}
+
+int multiprocessors() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return 1;
+  }
+  return sms;
+}
+
+// Row r of x (zero past m): s with max |x 2^s| in [2^14, 2^15), the pieces, factor 2^-s. The
+// row's largest magnitude is found on the FP32 bits (non-negative floats order as integers).
+__global__ void __launch_bounds__(kSplitThreads) split_rows_kernel(const float* x, int64_t m, int64_t k,
+                                                                   int64_t rows, __half* pieces, float* factors) {
+  const int64_t r = blockIdx.x;
+  const float* row = x + r * k;
+  uint32_t largest = 0;
+  if (r < m) {
+    for (int64_t i = threadIdx.x; i < k; i += kSplitThreads) largest = max(largest, __float_as_uint(row[i]) & 0x7FFFFFFFu);
+  }
+  __shared__ uint32_t warp_max[kSplitThreads / 32];
+  for (int offset = 16; offset > 0; offset >>= 1) largest = max(largest, __shfl_xor_sync(0xFFFFFFFFu, largest, offset));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = largest;
+  __syncthreads();
+  largest = warp_max[0];
+  for (int i = 1; i < kSplitThreads / 32; ++i) largest = max(largest, warp_max[i]);
+  // floor(log2 M) from the exponent field; a subnormal M counts as 2^-127, which keeps s <= 141
+  // before the cap.
+  int s = 0;
+  if (largest != 0 && largest < 0x7F800000u) s = min(127, 14 - (static_cast<int>(largest >> 23) - 127));
+  const float up = ldexpf(1.0f, s);
+  __half* hi = pieces + r * k;
+  __half* mid = hi + rows * k;
+  __half* lo = mid + rows * k;
+  for (int64_t i = threadIdx.x; i < k; i += kSplitThreads) {
+    const float v = r < m ? row[i] * up : 0.0f;
+    const __half h = __float2half_rn(v);
+    const bool finite = __hisinf(h) == 0 && !__hisnan(h);
+    const float r1 = finite ? v - __half2float(h) : 0.0f;  // exact: the remainder of a rounding
+    const __half md = __float2half_rn(r1);
+    const float r2 = r1 - __half2float(md);
+    hi[i] = h;
+    mid[i] = md;
+    lo[i] = __float2half_rn(r2);
+  }
+  if (threadIdx.x == 0) factors[r] = ldexpf(1.0f, -s);
+}
+
+// x's pieces through L1 (every warp of the CTA reads them). Volatile, so that ptxas issues each
+// where the code asks instead of hoisting every block's loads at once (which spilled).
+__device__ __forceinline__ uint4 load_cached16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// 2^(code - 127) as a float; NaN for 0xFF (the UE8M0 NaN).
+__device__ __forceinline__ float ue8m0_value(uint32_t code) {
+  return __uint_as_float(code == 0 ? 0x00400000u : code == 0xFFu ? 0x7FC00000u : code << 23);
+}
+
+// A warp's ring of shared-memory slots, one group (its 32 features' 128 codes and 4 scales
+// each) a slot, filled by cp.async kSlots - 1 groups ahead. In a slot feature f's 16-byte chunk
+// c sits at chunk c ^ 2 (f mod 4), so that the 8-byte reads of one block (features g of a
+// tile, chunks 2b and 2b + 1) take the two wavefronts 256 bytes need rather than eight.
+constexpr int kSlots = 3;
+constexpr int kSlotCodeBytes = kNTiles * 8 * kGroup;
+constexpr int kSlotBytes = kSlotCodeBytes + kNTiles * 8 * 4;
+constexpr int kSmemBytes = kWarps * kSlots * kSlotBytes;
+
+__device__ __forceinline__ int swizzled_chunk(int feature, int chunk) { return chunk ^ (2 * (feature % 4)); }
+
+// Lane L copies chunks L, L + 32, ... (4 whole feature rows of 128 bytes per instruction) and
+// feature L's 4 scale bytes; features past n are zero-filled (their scales left as they are:
+// their outputs are never stored). One commit group per call, even when g is past the split.
+__device__ __forceinline__ void fill_slot(uint8_t* slot, const Mxfp8LinearArgs& a, int64_t feature0, int64_t g,
+                                          int64_t g1, int lane) {
+  if (g < g1) {
+#pragma unroll
+    for (int i = 0; i < kSlotCodeBytes / 16 / 32; ++i) {
+      const int c = i * 32 + lane, f = c / 8, chunk = c % 8;
+      const bool live = feature0 + f < a.n;
+      const uint8_t* src = live ? a.w_e4m3 + (feature0 + f) * a.k + g * kGroup + chunk * 16 : a.w_e4m3;
+      tc::cp_async16(slot + f * kGroup + swizzled_chunk(f, chunk) * 16, src, live);
+    }
+    if (feature0 + lane < a.n) {
+      tc::cp_async4(slot + kSlotCodeBytes + lane * 4, a.w_scales + (feature0 + lane) * (a.k / 32) + g * 4);
+    }
+  }
+  tc::cp_async_commit();
+}
+
+// One group's products: block b's codes expanded to FP16 B fragments, then for each 16-row tile
+// of x the three pieces' MMAs into a zeroed tile, added to acc times the block's scales.
+template <int kTiles>
+__device__ __forceinline__ void multiply_group(float (&acc)[kTiles][kNTiles][4], const uint8_t* slot,
+                                               const __half* pieces, int64_t rows, int64_t k, int64_t g, int grp,
+                                               int tig) {
+  uint2 scales[kNTiles];  // features 2t and 2t + 1 of each tile: blocks 0..3 a byte each
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+    scales[nt] = *reinterpret_cast<const uint2*>(slot + kSlotCodeBytes + (nt * 8 + 2 * tig) * 4);
+  }
+#pragma unroll 1  // unrolled, ptxas hoists every block's loads of x and spills
+  for (int b = 0; b < 4; ++b) {
+    uint32_t w16[kNTiles][4];  // step j's B registers: w16[.][2j], w16[.][2j + 1]
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      const int f = nt * 8 + grp;
+      const uint2 codes = *reinterpret_cast<const uint2*>(slot + f * kGroup + swizzled_chunk(f, 2 * b + tig / 2) * 16 +
+                                                          (tig % 2) * 8);
+      w16[nt][0] = tc::e4m3x2_to_f16x2(codes.x);
+      w16[nt][1] = tc::e4m3x2_to_f16x2(codes.x >> 16);
+      w16[nt][2] = tc::e4m3x2_to_f16x2(codes.y);
+      w16[nt][3] = tc::e4m3x2_to_f16x2(codes.y >> 16);
+    }
+    const __half* base = pieces + grp * k + g * kGroup + b * 32 + 8 * tig;
+#pragma unroll
+    for (int mt = 0; mt < kTiles; ++mt) {
+      float block[kNTiles][4] = {};
+#pragma unroll
+      for (int piece = 0; piece < 3; ++piece) {
+        const __half* row = base + (piece * rows + mt * 16) * k;
+        const uint4 r0 = load_cached16(row), r8 = load_cached16(row + 8 * k);
+        const uint32_t step0[4] = {r0.x, r8.x, r0.y, r8.y}, step1[4] = {r0.z, r8.z, r0.w, r8.w};
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          tc::mma_m16n8k16_f16(block[nt], step0, w16[nt][0], w16[nt][1]);
+          tc::mma_m16n8k16_f16(block[nt], step1, w16[nt][2], w16[nt][3]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        const float s0 = ue8m0_value((scales[nt].x >> (8 * b)) & 0xFFu);
+        const float s1 = ue8m0_value((scales[nt].y >> (8 * b)) & 0xFFu);
+        acc[mt][nt][0] = fmaf(block[nt][0], s0, acc[mt][nt][0]);
+        acc[mt][nt][1] = fmaf(block[nt][1], s1, acc[mt][nt][1]);
+        acc[mt][nt][2] = fmaf(block[nt][2], s0, acc[mt][nt][2]);
+        acc[mt][nt][3] = fmaf(block[nt][3], s1, acc[mt][nt][3]);
+      }
+    }
+  }
+}
+
+// CTAs an SM the registers allow: ptxas would otherwise take every register to hoist x's loads
+// of later blocks, leaving room for two CTAs (8 warps) an SM.
+template <int kTiles> constexpr int kCtasPerSm = kTiles == 1 ? 4 : kTiles == 2 ? 3 : 2;
+
+template <int kTiles>
+__global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>) mxfp8_linear_kernel(const Mxfp8LinearArgs a, const __half* pieces,
+                                                                const float* factors, float* out, int64_t rows,
+                                                                int64_t per_split) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
+  const int64_t feature0 = int64_t{blockIdx.x} * kCtaFeatures + warp * kNTiles * 8;
+  const int64_t g0 = int64_t{blockIdx.y} * per_split;
+  const int64_t g1 = min(g0 + per_split, a.k / kGroup);
+  float acc[kTiles][kNTiles][4] = {};
+  if (feature0 < a.n) {  // warp-uniform
+    uint8_t* ring = smem + warp * kSlots * kSlotBytes;
+#pragma unroll
+    for (int i = 0; i < kSlots - 1; ++i) fill_slot(ring + i * kSlotBytes, a, feature0, g0 + i, g1, lane);
+    int slot = 0;
+    for (int64_t g = g0; g < g1; ++g) {
+      tc::cp_async_wait<kSlots - 2>();
+      __syncwarp();  // every lane's copies of this group landed, and every lane is done with the
+                     // slot refilled next (read in the previous round)
+      const int refill = slot == 0 ? kSlots - 1 : slot - 1;
+      fill_slot(ring + refill * kSlotBytes, a, feature0, g + kSlots - 1, g1, lane);
+      multiply_group<kTiles>(acc, ring + slot * kSlotBytes, pieces, rows, a.k, g, grp, tig);
+      slot = slot == kSlots - 1 ? 0 : slot + 1;
+    }
+  }
+  // Rows t = 16 mt + g and + 8, features 2t' and 2t' + 1 of each tile.
+#pragma unroll
+  for (int mt = 0; mt < kTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t t = mt * 16 + grp + 8 * half;
+      if (t >= a.m) continue;
+      const float f = factors[t];
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        const int64_t j = feature0 + nt * 8 + 2 * tig;
+        if (j >= a.n) continue;
+        *reinterpret_cast<float2*>(out + t * a.n + j) =
+            make_float2(acc[mt][nt][2 * half] * f, acc[mt][nt][2 * half + 1] * f);
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kSplitThreads) sum_splits_kernel(const float* partial, int64_t count,
+                                                                   int64_t splits, float* y) {
+  const int64_t i = int64_t{blockIdx.x} * kSplitThreads + threadIdx.x;
+  if (i >= count) return;
+  float sum = partial[i];
+  for (int64_t s = 1; s < splits; ++s) sum += partial[s * count + i];
+  y[i] = sum;
+}
+
+template <int kTiles>
+cudaError_t launch_product(const Mxfp8LinearArgs& a, const Plan& p, const __half* pieces, const float* factors,
+                           float* out, cudaStream_t stream) {
+  static const cudaError_t opt_in =
+      cudaFuncSetAttribute(mxfp8_linear_kernel<kTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (opt_in != cudaSuccess) return opt_in;
+  const dim3 grid(static_cast<unsigned>(p.feature_tiles), static_cast<unsigned>(p.splits));
+  mxfp8_linear_kernel<kTiles><<<grid, kThreads, kSmemBytes, stream>>>(a, pieces, factors, out, p.rows, p.per_split);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool mxfp8_linear_fits(const Mxfp8LinearArgs& a) {
+  const auto aligned = [](const void* p, uintptr_t to) { return reinterpret_cast<uintptr_t>(p) % to == 0; };
+  return a.m >= 1 && a.m <= kMxfp8LinearMaxRows && a.n >= 8 && a.n % 8 == 0 && a.k >= kGroup &&
+         a.k % kGroup == 0 && a.k <= int64_t{1} << 30 && (a.n + kCtaFeatures - 1) / kCtaFeatures <= 0x7FFFFFFF &&
+         a.x != nullptr && a.w_e4m3 != nullptr && a.w_scales != nullptr && a.y != nullptr && aligned(a.x, 16) &&
+         aligned(a.w_e4m3, 16) && aligned(a.w_scales, 4) && aligned(a.y, 8);
+}
+
+int64_t mxfp8_linear_workspace_bytes(const Mxfp8LinearArgs& a) {
+  const Plan p = make_plan(a, multiprocessors());
+  return p.pieces_bytes + p.factors_bytes + p.partial_bytes;
+}
+
+cudaError_t launch_mxfp8_linear(const Mxfp8LinearArgs& a, void* workspace, cudaStream_t stream) {
+  if (!mxfp8_linear_fits(a) || workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const Plan p = make_plan(a, multiprocessors());
+  auto* bytes = static_cast<uint8_t*>(workspace);
+  auto* pieces = reinterpret_cast<__half*>(bytes);
+  auto* factors = reinterpret_cast<float*>(bytes + p.pieces_bytes);
+  float* partial = p.splits > 1 ? reinterpret_cast<float*>(bytes + p.pieces_bytes + p.factors_bytes) : a.y;
+  split_rows_kernel<<<static_cast<unsigned>(p.rows), kSplitThreads, 0, stream>>>(a.x, a.m, a.k, p.rows, pieces,
+                                                                                  factors);
+  const cudaError_t e = p.tiles == 1   ? launch_product<1>(a, p, pieces, factors, partial, stream)
+                        : p.tiles == 2 ? launch_product<2>(a, p, pieces, factors, partial, stream)
+                                       : launch_product<4>(a, p, pieces, factors, partial, stream);
+  if (e != cudaSuccess) return e;
+  if (p.splits > 1) {
+    const int64_t count = a.m * a.n;
+    sum_splits_kernel<<<static_cast<unsigned>((count + kSplitThreads - 1) / kSplitThreads), kSplitThreads, 0,
+                        stream>>>(partial, count, p.splits, a.y);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace fp4::cuda::detail

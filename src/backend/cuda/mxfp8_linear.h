@@ -1,0 +1,46 @@
+// The linear on an MXFP8-held weight for inputs of 5 to kMxfp8LinearMaxRows rows (decode batches
+// past the skinny kernel's, skinny_linear.h): FP16 tensor cores on the weight's E4M3 codes as they
+// are, the block scales applied to each block's partial sums in FP32. The weight is read once
+// (33 bytes per 32 values) instead of being decoded to BF16 in scratch and read again.
+//
+// Numerics. Each row of x is scaled by the power of two 2^s that puts its largest magnitude in
+// [2^14, 2^15) (s capped at 127; 0 for a row of zeros or one holding an infinity or NaN) and split
+// exactly into three FP16 pieces, x 2^s = hi + mid + lo + r, |r| <= 2^-33 |x 2^s| + 2^-25 (the
+// pieces' rounding and FP16's subnormal spacing); an E4M3 code is exact in FP16 and a product of
+// two FP16s exact in FP32. For each MXFP8 block (32 values along k) the MMAs sum the 96 products
+// of the three pieces into a zeroed FP32 tile (the tensor cores may truncate: u' = 2^-23 per
+// addition); the tile times the block's scale (exact, a power of two) is added to the output's
+// FP32 sum by a fused multiply-add, blocks in order within a split of k, the splits' sums added
+// in split order, then times 2^-s (exact). So |y - x.w| <= (gamma'_96 + gamma_{k/32 + splits})
+// (1 + 2^-10) S + 2^-33 S + 2^-25-s sum |w| with S = sum |x w|, within a few FP32 GEMMs' bound
+// (tests/kernels/mxfp8_linear_test.cpp).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace fp4::cuda::detail {
+
+constexpr int64_t kMxfp8LinearMaxRows = 64;
+
+struct Mxfp8LinearArgs {
+  const float* x = nullptr;           // [m, k], 16-byte aligned
+  const uint8_t* w_e4m3 = nullptr;    // [n, k] E4M3 codes, 16-byte aligned
+  const uint8_t* w_scales = nullptr;  // [n, k / 32] UE8M0, 4-byte aligned
+  float* y = nullptr;                 // [m, n]
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// Whether the kernel takes this shape: 1 <= m <= kMxfp8LinearMaxRows, n a multiple of 8, k a
+// multiple of 128 (four MXFP8 blocks, whose scales one 32-bit load reads), and the alignments
+// above.
+bool mxfp8_linear_fits(const Mxfp8LinearArgs& a);
+// The scratch launch_mxfp8_linear needs (the split x, its row factors, the splits' partial sums):
+// a function of the shape and the device's SM count only, so a captured launch stays valid.
+int64_t mxfp8_linear_workspace_bytes(const Mxfp8LinearArgs& a);
+// `workspace` holds mxfp8_linear_workspace_bytes(a) bytes, 16-byte aligned. Three launches
+// (split, product, sum of the splits; the last only when k is split).
+cudaError_t launch_mxfp8_linear(const Mxfp8LinearArgs& a, void* workspace, cudaStream_t stream);
+
+}  // namespace fp4::cuda::detail

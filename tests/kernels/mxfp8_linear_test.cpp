@@ -1,0 +1,156 @@
+// The MXFP8 tensor-core linear (backend/cuda/mxfp8_linear.h) against the CPU's FP32 linear on the
+// decoded weight, on fresh random inputs, through the backend (CudaBackend::linear routes 5 to 64
+// rows of x on an MXFP8-held weight to it).
+// Bound, for output (i, j) with S = sum_l |x_il w_jl| and W = sum_l |w_jl|: the kernel is within
+// (gamma'_96 + gamma_{k/32 + splits}) (1 + 2^-10) S + 2^-33 S + 2^-25 2^-s_i W of the exact sum
+// (mxfp8_linear.h; 2^-s_i the row's factor, splits <= k / 128), the CPU within gamma_k S; the
+// assert takes their sum with the (1 + 2^-10) rounded up to 1.01. u = 2^-24, u' = 2^-23.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/buffer.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/mxfp8_linear.h"
+#include "formats/mxfp8.h"
+#include "tests/support/gpu_test.h"
+#include "tests/support/random.h"
+
+namespace fp4 {
+namespace {
+
+class Mxfp8Linear : public testing::CudaBackendTest {};
+
+double gamma(double n, double u) { return n * u / (1 - n * u); }
+
+// The row's factor 2^-s as the kernel works it out: s = 14 - floor(log2 max |x|), capped at 127;
+// 0 for a row of zeros.
+double row_factor(const float* row, int64_t k) {
+  float largest = 0;
+  for (int64_t l = 0; l < k; ++l) largest = std::max(largest, std::abs(row[l]));
+  if (largest == 0) return 1;
+  const int s = std::min(127, 14 - std::ilogb(largest));
+  return std::ldexp(1.0, -s);
+}
+
+TEST_F(Mxfp8Linear, WithinItsBoundOfTheCpu) {
+  auto rng = testing::seeded_rng(95);
+  struct Shape { int64_t m, n, k; };
+  // Every row tile count (1, 2, 4 tiles of 16; m not a multiple of 16), n with a partial CTA
+  // (136 = 128 + 8) and a partial warp, k of one group and of many (split or not).
+  for (Shape s : {Shape{5, 136, 128}, Shape{16, 520, 640}, Shape{17, 64, 6144}, Shape{33, 1024, 1024},
+                  Shape{64, 256, 8192}, Shape{8, 8, 384}}) {
+    SCOPED_TRACE(::testing::Message() << s.m << " x " << s.n << " x " << s.k);
+    auto x = testing::random_floats(s.m * s.k, testing::Distribution::kStudentT3, rng);
+    // One row of zeros and one scaled far up (its factor far below 1), when there are rows to spare.
+    if (s.m >= 5) {
+      for (int64_t l = 0; l < s.k; ++l) x[2 * s.k + l] = 0;
+      for (int64_t l = 0; l < s.k; ++l) x[3 * s.k + l] *= 0x1p60f;
+    }
+    std::vector<uint8_t> codes(s.n * s.k), scales(s.n * s.k / kMxfp8BlockElems);
+    std::vector<float> w(s.n * s.k);
+    for (uint8_t& c : codes) {
+      do c = static_cast<uint8_t>(rng() >> 56); while ((c & 0x7F) == 0x7F);
+    }
+    for (uint8_t& sc : scales) sc = static_cast<uint8_t>(110 + rng() % 30);  // 2^-17 to 2^12
+    for (size_t b = 0; b < scales.size(); ++b) {
+      mxfp8_dequantize_block(&codes[b * kMxfp8BlockElems], scales[b], &w[b * kMxfp8BlockElems]);
+    }
+    Buffer<float> gx(*gpu_, x);
+    Buffer<uint8_t> gcodes(*gpu_, codes), gscales(*gpu_, scales);
+    constexpr int64_t kGuard = 64;
+    Buffer<float> gy(*gpu_, std::vector<float>(s.m * s.n + kGuard, std::numeric_limits<float>::quiet_NaN()));
+    ASSERT_TRUE(cuda::detail::mxfp8_linear_fits(
+        {.x = gx.data(), .w_e4m3 = gcodes.data(), .w_scales = gscales.data(), .y = gy.data(), .m = s.m, .n = s.n,
+         .k = s.k}));
+    gpu_->linear({.x = gx.data(), .y = gy.data(), .m = s.m, .n = s.n, .k = s.k, .w_e4m3 = gcodes.data(),
+                  .w_scales = gscales.data()});
+    const auto got = gy.download();
+    std::vector<float> want(s.m * s.n);
+    cpu::linear({.x = x.data(), .w = w.data(), .y = want.data(), .m = s.m, .n = s.n, .k = s.k});
+    const double u = 0x1p-24, u_tc = 0x1p-23;
+    const double per_s = 1.01 * (gamma(96, u_tc) + gamma(double(s.k) / 32 + double(s.k) / 128, u)) + 0x1p-33 +
+                         gamma(double(s.k), u);
+    int64_t exact = 0;
+    for (int64_t i = 0; i < s.m; ++i) {
+      const double factor = row_factor(&x[i * s.k], s.k);
+      for (int64_t j = 0; j < s.n; ++j) {
+        double sum_xw = 0, sum_w = 0;
+        for (int64_t l = 0; l < s.k; ++l) {
+          sum_xw += std::abs(double(x[i * s.k + l]) * w[j * s.k + l]);
+          sum_w += std::abs(double(w[j * s.k + l]));
+        }
+        const double diff = std::abs(double(got[i * s.n + j]) - want[i * s.n + j]);
+        const double bound = per_s * sum_xw + 0x1p-25 * factor * sum_w;
+        ASSERT_LE(diff, bound) << "output (" << i << ", " << j << "): " << got[i * s.n + j] << " against "
+                               << want[i * s.n + j];
+        exact += diff == 0;
+      }
+    }
+    for (int64_t i = s.m * s.n; i < s.m * s.n + kGuard; ++i) ASSERT_TRUE(std::isnan(got[i])) << "written past y at " << i;
+    std::printf("[  CHECKED ] %lld x %lld x %lld: %lld of %lld outputs equal the CPU's\n", static_cast<long long>(s.m),
+                static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(exact),
+                static_cast<long long>(s.m * s.n));
+  }
+}
+
+// A row holding an infinity gives non-finite outputs in that row only; the others are unaffected.
+TEST_F(Mxfp8Linear, NonFiniteRowsStayInTheirRow) {
+  auto rng = testing::seeded_rng(96);
+  const int64_t m = 6, n = 16, k = 256;
+  auto x = testing::random_floats(m * k, testing::Distribution::kGaussian, rng);
+  std::vector<uint8_t> codes(n * k, 0x38), scales(n * k / kMxfp8BlockElems, 127);  // every weight 1.0
+  Buffer<uint8_t> gcodes(*gpu_, codes), gscales(*gpu_, scales);
+  Buffer<float> gy(*gpu_, m * n);
+  const auto run = [&](const std::vector<float>& in) {
+    Buffer<float> gx(*gpu_, in);
+    gpu_->linear({.x = gx.data(), .y = gy.data(), .m = m, .n = n, .k = k, .w_e4m3 = gcodes.data(),
+                  .w_scales = gscales.data()});
+    return gy.download();
+  };
+  const auto clean = run(x);
+  x[4 * k + 7] = INFINITY;
+  const auto dirty = run(x);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      if (i == 4) {
+        EXPECT_FALSE(std::isfinite(dirty[i * n + j])) << "(" << i << ", " << j << ")";
+      } else {
+        EXPECT_EQ(std::bit_cast<uint32_t>(dirty[i * n + j]), std::bit_cast<uint32_t>(clean[i * n + j]))
+            << "(" << i << ", " << j << ")";
+      }
+    }
+  }
+}
+
+// The shapes the launcher refuses (they go to the decoded-BF16 path), and the routing rule.
+TEST_F(Mxfp8Linear, RefusesShapesItDoesNotTake) {
+  Buffer<float> x(*gpu_, 65 * 256), y(*gpu_, 65 * 256);
+  Buffer<uint8_t> w(*gpu_, 256 * 256), s(*gpu_, 256 * 8);
+  const cuda::detail::Mxfp8LinearArgs fits{
+      .x = x.data(), .w_e4m3 = w.data(), .w_scales = s.data(), .y = y.data(), .m = 64, .n = 256, .k = 256};
+  EXPECT_TRUE(cuda::detail::mxfp8_linear_fits(fits));
+  auto with = [&](auto change) {
+    cuda::detail::Mxfp8LinearArgs a = fits;
+    change(a);
+    return a;
+  };
+  Buffer<uint8_t> workspace(*gpu_, 1 << 20);
+  for (const auto& a : {with([](auto& a) { a.m = 65; }), with([](auto& a) { a.m = 0; }),
+                        with([](auto& a) { a.n = 12; }), with([](auto& a) { a.k = 192; }),
+                        with([&](auto& a) { a.x = x.data() + 1; }), with([&](auto& a) { a.w_e4m3 = w.data() + 8; }),
+                        with([&](auto& a) { a.w_scales = s.data() + 2; }), with([](auto& a) { a.w_scales = nullptr; })}) {
+    EXPECT_FALSE(cuda::detail::mxfp8_linear_fits(a));
+    EXPECT_EQ(cuda::detail::launch_mxfp8_linear(a, workspace.data(), gpu_->stream()), cudaErrorInvalidValue);
+  }
+}
+
+}  // namespace
+}  // namespace fp4
