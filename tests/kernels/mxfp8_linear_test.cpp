@@ -2,9 +2,10 @@
 // decoded weight, on fresh random inputs, through the backend (CudaBackend::linear routes 5 to 64
 // rows of x on an MXFP8-held weight to it).
 // Bound, for output (i, j) with S = sum_l |x_il w_jl| and W = sum_l |w_jl|: the kernel is within
-// (gamma'_96 + gamma_{k/32 + splits}) (1 + 2^-10) S + 2^-33 S + 2^-25 2^-s_i W of the exact sum
-// (mxfp8_linear.h; 2^-s_i the row's factor, splits <= k / 128), the CPU within gamma_k S; the
-// assert takes their sum with the (1 + 2^-10) rounded up to 1.01. u = 2^-24, u' = 2^-23.
+// (gamma'_{32P} + gamma_{k/32 + splits}) (1 + 2^-10) S + 2^-11P S + 2^-25 2^-s_i W of the exact
+// sum (mxfp8_linear.h; P pieces, 2^-s_i the row's factor, splits <= k / 128), the CPU within
+// gamma_k S; the assert takes their sum with the (1 + 2^-10) rounded up to 1.01. u = 2^-24,
+// u' = 2^-23.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -76,8 +77,9 @@ TEST_F(Mxfp8Linear, WithinItsBoundOfTheCpu) {
     std::vector<float> want(s.m * s.n);
     cpu::linear({.x = x.data(), .w = w.data(), .y = want.data(), .m = s.m, .n = s.n, .k = s.k});
     const double u = 0x1p-24, u_tc = 0x1p-23;
-    const double per_s = 1.01 * (gamma(96, u_tc) + gamma(double(s.k) / 32 + double(s.k) / 128, u)) + 0x1p-33 +
-                         gamma(double(s.k), u);
+    constexpr int kPieces = cuda::detail::kMxfp8LinearPieces;
+    const double per_s = 1.01 * (gamma(32 * kPieces, u_tc) + gamma(double(s.k) / 32 + double(s.k) / 128, u)) +
+                         std::ldexp(1.0, -11 * kPieces) + gamma(double(s.k), u);
     int64_t exact = 0;
     for (int64_t i = 0; i < s.m; ++i) {
       const double factor = row_factor(&x[i * s.k], s.k);

@@ -1,6 +1,6 @@
 // See mxfp8_linear.h. Three kernels:
 // - split_rows_kernel, one CTA per row of x (padded to whole 16-row tiles with zero rows): the
-//   row's scale and its three FP16 pieces, [3][rows][k], and the factor 2^-s.
+//   row's scale and its FP16 pieces, [pieces][rows][k], and the factor 2^-s.
 // - mxfp8_linear_kernel<kTiles>, grid (ceil(n / 128), splits), 4 warps: warp w owns 32 output
 //   features (four 8-column MMA tiles, B) of the CTA's 128 and every row of x (kTiles 16-row A
 //   tiles), over the split's groups of 128 values of k (four MXFP8 blocks). In an MMA of block
@@ -49,7 +49,7 @@ Plan make_plan(const Mxfp8LinearArgs& a, int sms) {
   const int64_t wanted = std::clamp<int64_t>((4 * int64_t{sms} + p.feature_tiles - 1) / p.feature_tiles, 1, p.groups);
   p.per_split = (p.groups + wanted - 1) / wanted;
   p.splits = (p.groups + p.per_split - 1) / p.per_split;
-  p.pieces_bytes = round_up(3 * p.rows * a.k * 2, 256);
+  p.pieces_bytes = round_up(kMxfp8LinearPieces * p.rows * a.k * 2, 256);
   p.factors_bytes = round_up(p.rows * 4, 256);
   p.partial_bytes = p.splits > 1 ? round_up(p.splits * a.m * a.n * 4, 256) : 0;
   return p;
@@ -85,19 +85,17 @@ __global__ void __launch_bounds__(kSplitThreads) split_rows_kernel(const float* 
   int s = 0;
   if (largest != 0 && largest < 0x7F800000u) s = min(127, 14 - (static_cast<int>(largest >> 23) - 127));
   const float up = ldexpf(1.0f, s);
-  __half* hi = pieces + r * k;
-  __half* mid = hi + rows * k;
-  __half* lo = mid + rows * k;
   for (int64_t i = threadIdx.x; i < k; i += kSplitThreads) {
-    const float v = r < m ? row[i] * up : 0.0f;
-    const __half h = __float2half_rn(v);
-    const bool finite = __hisinf(h) == 0 && !__hisnan(h);
-    const float r1 = finite ? v - __half2float(h) : 0.0f;  // exact: the remainder of a rounding
-    const __half md = __float2half_rn(r1);
-    const float r2 = r1 - __half2float(md);
-    hi[i] = h;
-    mid[i] = md;
-    lo[i] = __float2half_rn(r2);
+    float rest = r < m ? row[i] * up : 0.0f;
+#pragma unroll
+    for (int piece = 0; piece < kMxfp8LinearPieces; ++piece) {
+      const __half h = __float2half_rn(rest);
+      pieces[(piece * rows + r) * k + i] = h;
+      // Exact: the remainder of a rounding to nearest. A first piece that is not finite carries
+      // x alone.
+      const bool finite = __hisinf(h) == 0 && !__hisnan(h);
+      rest = finite ? rest - __half2float(h) : 0.0f;
+    }
   }
   if (threadIdx.x == 0) factors[r] = ldexpf(1.0f, -s);
 }
@@ -147,7 +145,7 @@ __device__ __forceinline__ void fill_slot(uint8_t* slot, const Mxfp8LinearArgs& 
 }
 
 // One group's products: block b's codes expanded to FP16 B fragments, then for each 16-row tile
-// of x the three pieces' MMAs into a zeroed tile, added to acc times the block's scales.
+// of x the pieces' MMAs into a zeroed tile, added to acc times the block's scales.
 template <int kTiles>
 __device__ __forceinline__ void multiply_group(float (&acc)[kTiles][kNTiles][4], const uint8_t* slot,
                                                const __half* pieces, int64_t rows, int64_t k, int64_t g, int grp,
@@ -175,7 +173,7 @@ __device__ __forceinline__ void multiply_group(float (&acc)[kTiles][kNTiles][4],
     for (int mt = 0; mt < kTiles; ++mt) {
       float block[kNTiles][4] = {};
 #pragma unroll
-      for (int piece = 0; piece < 3; ++piece) {
+      for (int piece = 0; piece < kMxfp8LinearPieces; ++piece) {
         const __half* row = base + (piece * rows + mt * 16) * k;
         const uint4 r0 = load_cached16(row), r8 = load_cached16(row + 8 * k);
         const uint32_t step0[4] = {r0.x, r8.x, r0.y, r8.y}, step1[4] = {r0.z, r8.z, r0.w, r8.w};
@@ -205,8 +203,9 @@ template <int kTiles> constexpr int kCtasPerSm = kTiles == 1 ? 4 : kTiles == 2 ?
 template <int kTiles>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>) mxfp8_linear_kernel(const Mxfp8LinearArgs a, const __half* pieces,
                                                                 const float* factors, float* out, int64_t rows,
-                                                                int64_t per_split) {
+                                                                int64_t per_split, int64_t split_stride) {
   extern __shared__ __align__(16) uint8_t smem[];
+  out += int64_t{blockIdx.y} * split_stride;  // this split's partial sums (y itself when k is whole)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
   const int64_t feature0 = int64_t{blockIdx.x} * kCtaFeatures + warp * kNTiles * 8;
   const int64_t g0 = int64_t{blockIdx.y} * per_split;
@@ -262,7 +261,8 @@ cudaError_t launch_product(const Mxfp8LinearArgs& a, const Plan& p, const __half
       cudaFuncSetAttribute(mxfp8_linear_kernel<kTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (opt_in != cudaSuccess) return opt_in;
   const dim3 grid(static_cast<unsigned>(p.feature_tiles), static_cast<unsigned>(p.splits));
-  mxfp8_linear_kernel<kTiles><<<grid, kThreads, kSmemBytes, stream>>>(a, pieces, factors, out, p.rows, p.per_split);
+  mxfp8_linear_kernel<kTiles><<<grid, kThreads, kSmemBytes, stream>>>(a, pieces, factors, out, p.rows, p.per_split,
+                                                                       p.splits > 1 ? a.m * a.n : 0);
   return cudaGetLastError();
 }
 

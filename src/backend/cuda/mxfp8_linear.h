@@ -4,16 +4,16 @@
 // (33 bytes per 32 values) instead of being decoded to BF16 in scratch and read again.
 //
 // Numerics. Each row of x is scaled by the power of two 2^s that puts its largest magnitude in
-// [2^14, 2^15) (s capped at 127; 0 for a row of zeros or one holding an infinity or NaN) and split
-// exactly into three FP16 pieces, x 2^s = hi + mid + lo + r, |r| <= 2^-33 |x 2^s| + 2^-25 (the
-// pieces' rounding and FP16's subnormal spacing); an E4M3 code is exact in FP16 and a product of
-// two FP16s exact in FP32. For each MXFP8 block (32 values along k) the MMAs sum the 96 products
-// of the three pieces into a zeroed FP32 tile (the tensor cores may truncate: u' = 2^-23 per
-// addition); the tile times the block's scale (exact, a power of two) is added to the output's
-// FP32 sum by a fused multiply-add, blocks in order within a split of k, the splits' sums added
-// in split order, then times 2^-s (exact). So |y - x.w| <= (gamma'_96 + gamma_{k/32 + splits})
-// (1 + 2^-10) S + 2^-33 S + 2^-25-s sum |w| with S = sum |x w|, within a few FP32 GEMMs' bound
-// (tests/kernels/mxfp8_linear_test.cpp).
+// [2^14, 2^15) (s capped at 127; 0 for a row of zeros or one holding an infinity or NaN) and
+// rounded to FP16 P = kMxfp8LinearPieces times in turn (each piece what the ones before left),
+// x 2^s = the pieces + r, |r| <= 2^-11P |x 2^s| + 2^-25 (the last rounding and FP16's subnormal
+// spacing); an E4M3 code is exact in FP16 and a product of two FP16s exact in FP32. For each
+// MXFP8 block (32 values along k) the MMAs sum the 32 P products into a zeroed FP32 tile (the
+// tensor cores may truncate: u' = 2^-23 per addition); the tile times the block's scale (exact, a
+// power of two) is added to the output's FP32 sum by a fused multiply-add, blocks in order within
+// a split of k, the splits' sums added in split order, then times 2^-s (exact). So
+// |y - x.w| <= (gamma'_{32P} + gamma_{k/32 + splits}) (1 + 2^-10) S + 2^-11P S + 2^-25-s sum |w|
+// with S = sum |x w|, within a few FP32 GEMMs' bound (tests/kernels/mxfp8_linear_test.cpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,6 +23,8 @@
 namespace fp4::cuda::detail {
 
 constexpr int64_t kMxfp8LinearMaxRows = 64;
+// FP16 pieces of x: x 2^s = sum of the pieces + r, |r| <= 2^-(11 pieces) |x 2^s| + 2^-25.
+constexpr int kMxfp8LinearPieces = 3;
 
 struct Mxfp8LinearArgs {
   const float* x = nullptr;           // [m, k], 16-byte aligned
