@@ -1,16 +1,18 @@
 // See mxfp8_linear.h. Three kernels:
 // - split_rows_kernel, one CTA per row of x (padded to whole 16-row tiles with zero rows): the
 //   row's scale and its FP16 pieces, [pieces][rows][k], and the factor 2^-s.
-// - mxfp8_linear_kernel<kTiles>, grid (ceil(n / 128), splits), 4 warps: warp w owns 32 output
-//   features (four 8-column MMA tiles, B) of the CTA's 128 and every row of x (kTiles 16-row A
-//   tiles), over the split's groups of 128 values of k (four MXFP8 blocks). In an MMA of block
+// - mxfp8_linear_kernel<kTiles>, grid (ceil(n / 128), splits), 4 warps, once per 2 row tiles of
+//   x: warp w owns 32 output features (four 8-column MMA tiles, B) of the CTA's 128 and the
+//   launch's rows of x (kTiles <= 2 16-row A tiles), over the split's groups of 128 values of k
+//   (four MXFP8 blocks). In an MMA of block
 //   b, lane (g, t) supplies k = 8t + 4j + {0..3} for step j in {0, 1}: its B fragment is the 8
 //   contiguous code bytes [8t, 8t + 8) of its feature g's block, four hardware E4M3 -> FP16x2
 //   conversions, and its A fragments one 16-byte load of each of rows g and g + 8 per piece
 //   (the k order is a permutation applied to both operands, which a dot product allows). Each
 //   warp streams its features' codes and scales through its own ring of shared-memory slots
 //   (cp.async, two groups ahead: 8 KB of weight in flight a warp), synchronized within the warp
-//   only. x comes through L1, shared by the CTA's warps.
+//   only. x comes through L1 and L2, shared by the CTA's warps, each block's fragments loaded
+//   while the block before is multiplied.
 // - sum_splits_kernel: y = the splits' partial sums added in split order.
 #include "backend/cuda/mxfp8_linear.h"
 
@@ -31,8 +33,12 @@ constexpr int kCtaFeatures = kWarps * kNTiles * 8;
 constexpr int kGroup = 128;  // values of k a step: four MXFP8 blocks
 constexpr int kSplitThreads = 256;
 
+// Row tiles a product launch takes: more would keep too few warps an SM (at 4, 246 registers
+// and 2 CTAs an SM measured half the speed a row of two launches of 2 would need).
+constexpr int kMaxTiles = 2;
+
 struct Plan {
-  int tiles = 1;  // 16-row tiles of x
+  int tiles = 1;  // 16-row tiles of x, in launches of up to kMaxTiles
   int64_t rows = 16, feature_tiles = 1, groups = 1, per_split = 1, splits = 1;
   int64_t pieces_bytes = 0, factors_bytes = 0, partial_bytes = 0;
 };
@@ -41,7 +47,7 @@ int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
 Plan make_plan(const Mxfp8LinearArgs& a, int sms) {
   Plan p;
-  p.tiles = a.m <= 16 ? 1 : a.m <= 32 ? 2 : 4;
+  p.tiles = static_cast<int>((a.m + 15) / 16);
   p.rows = 16 * p.tiles;
   p.feature_tiles = (a.n + kCtaFeatures - 1) / kCtaFeatures;
   p.groups = a.k / kGroup;
@@ -144,66 +150,77 @@ __device__ __forceinline__ void fill_slot(uint8_t* slot, const Mxfp8LinearArgs& 
   tc::cp_async_commit();
 }
 
-// One group's products: block b's codes expanded to FP16 B fragments, then for each 16-row tile
-// of x the pieces' MMAs into a zeroed tile, added to acc times the block's scales.
+// A block's A fragments: rows g and g + 8 of each 16-row tile and piece, k = 8t .. 8t + 7.
 template <int kTiles>
-__device__ __forceinline__ void multiply_group(float (&acc)[kTiles][kNTiles][4], const uint8_t* slot,
-                                               const __half* pieces, int64_t rows, int64_t k, int64_t g, int grp,
-                                               int tig) {
-  uint2 scales[kNTiles];  // features 2t and 2t + 1 of each tile: blocks 0..3 a byte each
+struct XFragments {
+  uint4 r[kTiles][kMxfp8LinearPieces][2];
+};
+
+template <int kTiles>
+__device__ __forceinline__ void load_x(XFragments<kTiles>& x, const __half* pieces, int64_t rows, int64_t k,
+                                       int64_t block, int grp, int tig) {
+  const __half* base = pieces + grp * k + block * 32 + 8 * tig;
 #pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
-    scales[nt] = *reinterpret_cast<const uint2*>(slot + kSlotCodeBytes + (nt * 8 + 2 * tig) * 4);
-  }
-#pragma unroll 1  // unrolled, ptxas hoists every block's loads of x and spills
-  for (int b = 0; b < 4; ++b) {
-    uint32_t w16[kNTiles][4];  // step j's B registers: w16[.][2j], w16[.][2j + 1]
+  for (int mt = 0; mt < kTiles; ++mt) {
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-      const int f = nt * 8 + grp;
-      const uint2 codes = *reinterpret_cast<const uint2*>(slot + f * kGroup + swizzled_chunk(f, 2 * b + tig / 2) * 16 +
-                                                          (tig % 2) * 8);
-      w16[nt][0] = tc::e4m3x2_to_f16x2(codes.x);
-      w16[nt][1] = tc::e4m3x2_to_f16x2(codes.x >> 16);
-      w16[nt][2] = tc::e4m3x2_to_f16x2(codes.y);
-      w16[nt][3] = tc::e4m3x2_to_f16x2(codes.y >> 16);
-    }
-    const __half* base = pieces + grp * k + g * kGroup + b * 32 + 8 * tig;
-#pragma unroll
-    for (int mt = 0; mt < kTiles; ++mt) {
-      float block[kNTiles][4] = {};
-#pragma unroll
-      for (int piece = 0; piece < kMxfp8LinearPieces; ++piece) {
-        const __half* row = base + (piece * rows + mt * 16) * k;
-        const uint4 r0 = load_cached16(row), r8 = load_cached16(row + 8 * k);
-        const uint32_t step0[4] = {r0.x, r8.x, r0.y, r8.y}, step1[4] = {r0.z, r8.z, r0.w, r8.w};
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          tc::mma_m16n8k16_f16(block[nt], step0, w16[nt][0], w16[nt][1]);
-          tc::mma_m16n8k16_f16(block[nt], step1, w16[nt][2], w16[nt][3]);
-        }
-      }
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-        const float s0 = ue8m0_value((scales[nt].x >> (8 * b)) & 0xFFu);
-        const float s1 = ue8m0_value((scales[nt].y >> (8 * b)) & 0xFFu);
-        acc[mt][nt][0] = fmaf(block[nt][0], s0, acc[mt][nt][0]);
-        acc[mt][nt][1] = fmaf(block[nt][1], s1, acc[mt][nt][1]);
-        acc[mt][nt][2] = fmaf(block[nt][2], s0, acc[mt][nt][2]);
-        acc[mt][nt][3] = fmaf(block[nt][3], s1, acc[mt][nt][3]);
-      }
+    for (int piece = 0; piece < kMxfp8LinearPieces; ++piece) {
+      const __half* row = base + (piece * rows + mt * 16) * k;
+      x.r[mt][piece][0] = load_cached16(row);
+      x.r[mt][piece][1] = load_cached16(row + 8 * k);
     }
   }
 }
 
-// CTAs an SM the registers allow: ptxas would otherwise take every register to hoist x's loads
-// of later blocks, leaving room for two CTAs (8 warps) an SM.
-template <int kTiles> constexpr int kCtasPerSm = kTiles == 1 ? 4 : kTiles == 2 ? 3 : 2;
+// Block b of the slot's group: its codes expanded to FP16 B fragments, then for each 16-row tile
+// of x the pieces' MMAs into a zeroed tile, added to acc times the block's scales.
+template <int kTiles>
+__device__ __forceinline__ void multiply_block(float (&acc)[kTiles][kNTiles][4], const uint8_t* slot, int b,
+                                               const XFragments<kTiles>& x, int grp, int tig) {
+  uint32_t w16[kNTiles][4];  // step j's B registers: w16[.][2j], w16[.][2j + 1]
+  float s[kNTiles][2];       // the block's scales of features 2t and 2t + 1 of each tile
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+    const int f = nt * 8 + grp;
+    const uint2 codes =
+        *reinterpret_cast<const uint2*>(slot + f * kGroup + swizzled_chunk(f, 2 * b + tig / 2) * 16 + (tig % 2) * 8);
+    w16[nt][0] = tc::e4m3x2_to_f16x2(codes.x);
+    w16[nt][1] = tc::e4m3x2_to_f16x2(codes.x >> 16);
+    w16[nt][2] = tc::e4m3x2_to_f16x2(codes.y);
+    w16[nt][3] = tc::e4m3x2_to_f16x2(codes.y >> 16);
+    const uint8_t* scale_bytes = slot + kSlotCodeBytes + (nt * 8 + 2 * tig) * 4 + b;
+    s[nt][0] = ue8m0_value(scale_bytes[0]);
+    s[nt][1] = ue8m0_value(scale_bytes[4]);
+  }
+#pragma unroll
+  for (int mt = 0; mt < kTiles; ++mt) {
+    float block[kNTiles][4] = {};
+#pragma unroll
+    for (int piece = 0; piece < kMxfp8LinearPieces; ++piece) {
+      const uint4 r0 = x.r[mt][piece][0], r8 = x.r[mt][piece][1];
+      const uint32_t step0[4] = {r0.x, r8.x, r0.y, r8.y}, step1[4] = {r0.z, r8.z, r0.w, r8.w};
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        tc::mma_m16n8k16_f16(block[nt], step0, w16[nt][0], w16[nt][1]);
+        tc::mma_m16n8k16_f16(block[nt], step1, w16[nt][2], w16[nt][3]);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      acc[mt][nt][0] = fmaf(block[nt][0], s[nt][0], acc[mt][nt][0]);
+      acc[mt][nt][1] = fmaf(block[nt][1], s[nt][1], acc[mt][nt][1]);
+      acc[mt][nt][2] = fmaf(block[nt][2], s[nt][0], acc[mt][nt][2]);
+      acc[mt][nt][3] = fmaf(block[nt][3], s[nt][1], acc[mt][nt][3]);
+    }
+  }
+}
+
+// CTAs an SM the registers allow (the ring's shared memory allows 4).
+template <int kTiles> constexpr int kCtasPerSm = kTiles == 1 ? 4 : 3;
 
 template <int kTiles>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>) mxfp8_linear_kernel(const Mxfp8LinearArgs a, const __half* pieces,
-                                                                const float* factors, float* out, int64_t rows,
-                                                                int64_t per_split, int64_t split_stride) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>)
+    mxfp8_linear_kernel(const Mxfp8LinearArgs a, const __half* pieces, const float* factors, float* out,
+                        int64_t rows, int64_t per_split, int64_t split_stride) {
   extern __shared__ __align__(16) uint8_t smem[];
   out += int64_t{blockIdx.y} * split_stride;  // this split's partial sums (y itself when k is whole)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
@@ -215,15 +232,26 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>) mxfp8_linear_ker
     uint8_t* ring = smem + warp * kSlots * kSlotBytes;
 #pragma unroll
     for (int i = 0; i < kSlots - 1; ++i) fill_slot(ring + i * kSlotBytes, a, feature0, g0 + i, g1, lane);
-    int slot = 0;
-    for (int64_t g = g0; g < g1; ++g) {
-      tc::cp_async_wait<kSlots - 2>();
-      __syncwarp();  // every lane's copies of this group landed, and every lane is done with the
-                     // slot refilled next (read in the previous round)
-      const int refill = slot == 0 ? kSlots - 1 : slot - 1;
-      fill_slot(ring + refill * kSlotBytes, a, feature0, g + kSlots - 1, g1, lane);
-      multiply_group<kTiles>(acc, ring + slot * kSlotBytes, pieces, rows, a.k, g, grp, tig);
-      slot = slot == kSlots - 1 ? 0 : slot + 1;
+    int slot = kSlots - 1;
+    // Blocks in turn, x's fragments of the next block loaded before this one's products (from
+    // L2 mostly: they hide its latency). Not unrolled: unrolled, ptxas hoisted every block's
+    // loads and spilled.
+    XFragments<kTiles> x;
+    load_x<kTiles>(x, pieces, rows, a.k, g0 * 4, grp, tig);
+#pragma unroll 1
+    for (int64_t q = g0 * 4; q < g1 * 4; ++q) {
+      const int b = static_cast<int>(q % 4);
+      if (b == 0) {
+        tc::cp_async_wait<kSlots - 2>();
+        __syncwarp();  // every lane's copies of this group landed, and every lane is done with
+                       // the slot refilled next (read in the previous round)
+        fill_slot(ring + slot * kSlotBytes, a, feature0, q / 4 + kSlots - 1, g1, lane);
+        slot = slot == kSlots - 1 ? 0 : slot + 1;
+      }
+      XFragments<kTiles> next;
+      if (q + 1 < g1 * 4) load_x<kTiles>(next, pieces, rows, a.k, q + 1, grp, tig);
+      multiply_block<kTiles>(acc, ring + slot * kSlotBytes, b, x, grp, tig);
+      x = next;
     }
   }
   // Rows t = 16 mt + g and + 8, features 2t' and 2t' + 1 of each tile.
@@ -254,15 +282,20 @@ __global__ void __launch_bounds__(kSplitThreads) sum_splits_kernel(const float* 
   y[i] = sum;
 }
 
+// Rows [16 first_tile, 16 (first_tile + kTiles)) of x (fewer past m).
 template <int kTiles>
-cudaError_t launch_product(const Mxfp8LinearArgs& a, const Plan& p, const __half* pieces, const float* factors,
-                           float* out, cudaStream_t stream) {
+cudaError_t launch_product(const Mxfp8LinearArgs& all, const Plan& p, int first_tile, const __half* pieces,
+                           const float* factors, float* out, cudaStream_t stream) {
+  Mxfp8LinearArgs a = all;
+  const int64_t first_row = 16 * int64_t{first_tile};
+  a.m = std::min<int64_t>(16 * kTiles, all.m - first_row);
   static const cudaError_t opt_in =
       cudaFuncSetAttribute(mxfp8_linear_kernel<kTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (opt_in != cudaSuccess) return opt_in;
   const dim3 grid(static_cast<unsigned>(p.feature_tiles), static_cast<unsigned>(p.splits));
-  mxfp8_linear_kernel<kTiles><<<grid, kThreads, kSmemBytes, stream>>>(a, pieces, factors, out, p.rows, p.per_split,
-                                                                       p.splits > 1 ? a.m * a.n : 0);
+  mxfp8_linear_kernel<kTiles><<<grid, kThreads, kSmemBytes, stream>>>(
+      a, pieces + first_row * a.k, factors + first_row, out + first_row * a.n, p.rows, p.per_split,
+      p.splits > 1 ? all.m * a.n : 0);
   return cudaGetLastError();
 }
 
@@ -292,10 +325,11 @@ cudaError_t launch_mxfp8_linear(const Mxfp8LinearArgs& a, void* workspace, cudaS
   float* partial = p.splits > 1 ? reinterpret_cast<float*>(bytes + p.pieces_bytes + p.factors_bytes) : a.y;
   split_rows_kernel<<<static_cast<unsigned>(p.rows), kSplitThreads, 0, stream>>>(a.x, a.m, a.k, p.rows, pieces,
                                                                                   factors);
-  const cudaError_t e = p.tiles == 1   ? launch_product<1>(a, p, pieces, factors, partial, stream)
-                        : p.tiles == 2 ? launch_product<2>(a, p, pieces, factors, partial, stream)
-                                       : launch_product<4>(a, p, pieces, factors, partial, stream);
-  if (e != cudaSuccess) return e;
+  for (int tile = 0; tile < p.tiles; tile += kMaxTiles) {
+    const cudaError_t e = p.tiles - tile == 1 ? launch_product<1>(a, p, tile, pieces, factors, partial, stream)
+                                              : launch_product<2>(a, p, tile, pieces, factors, partial, stream);
+    if (e != cudaSuccess) return e;
+  }
   if (p.splits > 1) {
     const int64_t count = a.m * a.n;
     sum_splits_kernel<<<static_cast<unsigned>((count + kSplitThreads - 1) / kSplitThreads), kSplitThreads, 0,

@@ -1,7 +1,8 @@
 // The linear on an MXFP8-held weight for inputs of 5 to kMxfp8LinearMaxRows rows (decode batches
 // past the skinny kernel's, skinny_linear.h): FP16 tensor cores on the weight's E4M3 codes as they
-// are, the block scales applied to each block's partial sums in FP32. The weight is read once
-// (33 bytes per 32 values) instead of being decoded to BF16 in scratch and read again.
+// are, the block scales applied to each block's partial sums in FP32. The weight is read once a
+// 32 rows of x (33 bytes per 32 values) instead of being decoded to BF16 in scratch and read
+// again.
 //
 // Numerics. Each row of x is scaled by the power of two 2^s that puts its largest magnitude in
 // [2^14, 2^15) (s capped at 127; 0 for a row of zeros or one holding an infinity or NaN) and
@@ -24,7 +25,7 @@ namespace fp4::cuda::detail {
 
 constexpr int64_t kMxfp8LinearMaxRows = 64;
 // FP16 pieces of x: x 2^s = sum of the pieces + r, |r| <= 2^-(11 pieces) |x 2^s| + 2^-25.
-constexpr int kMxfp8LinearPieces = 3;
+constexpr int kMxfp8LinearPieces = 2;
 
 struct Mxfp8LinearArgs {
   const float* x = nullptr;           // [m, k], 16-byte aligned
@@ -42,7 +43,8 @@ bool mxfp8_linear_fits(const Mxfp8LinearArgs& a);
 // a function of the shape and the device's SM count only, so a captured launch stays valid.
 int64_t mxfp8_linear_workspace_bytes(const Mxfp8LinearArgs& a);
 // `workspace` holds mxfp8_linear_workspace_bytes(a) bytes, 16-byte aligned. Three launches
-// (split, product, sum of the splits; the last only when k is split).
+// (split, product, sum of the splits; the last only when k is split), the product once per 32
+// rows of x.
 cudaError_t launch_mxfp8_linear(const Mxfp8LinearArgs& a, void* workspace, cudaStream_t stream);
 
 }  // namespace fp4::cuda::detail

@@ -8,10 +8,11 @@
 // kSkinnyNarrowMaxRows where the weight has at most kSkinnyNarrowBytes / 2 values.
 // Numerics: each output is a sum of k FP32 fused multiply-adds of x by the weight's exact FP32
 // value, in an order of its own, so it is within gamma_k sum |x w| of the exact sum, as an FP32
-// GEMM's is (tests/kernels/skinny_linear_test.cpp). An MXFP8 weight is decoded to those exact
-// values (E4M3 by the hardware conversion, times its power-of-two block scale) and summed in
-// the BF16 form's order, chunk for chunk: where both forms hold the same numbers, the outputs
-// are the same bits.
+// GEMM's is (tests/kernels/skinny_linear_test.cpp). On an MXFP8 weight each chunk of 16 codes
+// (E4M3, exact in FP32 by the hardware conversions) is multiplied with x from zero and the sum
+// times the block's power-of-two scale added to the partial sum: the scale commutes with the
+// rounding, so the same bound holds (unless a chunk's sum overflows or falls below FP32's
+// normal range: |x| past about 2^115 or below 2^-117).
 #pragma once
 
 #include <cuda_runtime_api.h>
