@@ -36,6 +36,10 @@ LoadedModel load_model(const LoadOptions& options) {
   FP4_CHECK(options.prefill_attention == "dense" || options.prefill_attention == "all" ||
             options.prefill_attention == "never",
             "--prefill-attention {}: expected dense, all or never", options.prefill_attention);
+  FP4_CHECK(options.mxfp8_weights == "auto" || options.mxfp8_weights == "mxfp8" || options.mxfp8_weights == "bf16",
+            "--mxfp8-weights {}: expected auto, mxfp8 or bf16", options.mxfp8_weights);
+  const bool hold_mxfp8 = options.mxfp8_weights == "mxfp8" ||
+                          (options.mxfp8_weights == "auto" && options.max_decode_batch <= kMxfp8MaxDecodeBatch);
 #if FP4_HAVE_CUDA
   if (auto* gpu = dynamic_cast<cuda::CudaBackend*>(backend.get())) {
     gpu->set_prefill_attention(options.prefill_attention == "all"     ? cuda::PrefillKernelUse::kAll
@@ -59,7 +63,8 @@ LoadedModel load_model(const LoadOptions& options) {
               m.tokenizer->vocab_size(), m.config.vocab_size);
   }
   m.backend = std::move(backend);
-  m.resident = std::make_unique<model::ResidentWeights>(m.weights, *m.backend);
+  m.resident = std::make_unique<model::ResidentWeights>(
+      m.weights, *m.backend, hold_mxfp8 ? model::ResidentWeights::Mxfp8::kHold : model::ResidentWeights::Mxfp8::kAsBf16);
   m.load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return m;

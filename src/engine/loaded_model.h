@@ -23,7 +23,16 @@ struct LoadOptions {
   // layers (the default), "all" layers, or "never" (the decode kernel, one CTA per token).
   // The CPU backend has one attention op and ignores it.
   std::string prefill_attention = "dense";
+  // --mxfp8-weights: how projections whose values are MXFP8 blocks (a checkpoint's MXFP8
+  // tensors) are held on a GPU: "mxfp8" (33 bytes per 32 values, read as codes), "bf16" (twice
+  // the bytes), or "auto": MXFP8 when no decode step runs more than kMxfp8MaxDecodeBatch
+  // sequences (max_decode_batch), where the MXFP8 kernels measured faster (bench/RESULTS.md,
+  // 2026-12-07: a layer at one token 11% faster, at 16 as fast, at 64 11% slower), else BF16.
+  std::string mxfp8_weights = "auto";
+  int64_t max_decode_batch = 1;
 };
+
+constexpr int64_t kMxfp8MaxDecodeBatch = 16;
 
 // The backend for a --device value: "cpu", "cuda" (an fp4::Error when this build has no CUDA
 // backend, no GPU is visible or it is not Hopper) or "auto" (the GPU when there is a Hopper one,

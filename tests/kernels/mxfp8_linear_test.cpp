@@ -1,5 +1,5 @@
 // The MXFP8 tensor-core linear (backend/cuda/mxfp8_linear.h) against the CPU's FP32 linear on the
-// decoded weight, on fresh random inputs, through the backend (CudaBackend::linear routes 5 to 64
+// decoded weight, on fresh random inputs, through the backend (CudaBackend::linear routes 5 to 32
 // rows of x on an MXFP8-held weight to it).
 // Bound, for output (i, j) with S = sum_l |x_il w_jl| and W = sum_l |w_jl|: the kernel is within
 // (gamma'_{32P} + gamma_{k/32 + splits}) (1 + 2^-10) S + 2^-11P S + 2^-25 2^-s_i W of the exact
@@ -44,10 +44,10 @@ double row_factor(const float* row, int64_t k) {
 TEST_F(Mxfp8Linear, WithinItsBoundOfTheCpu) {
   auto rng = testing::seeded_rng(95);
   struct Shape { int64_t m, n, k; };
-  // Every row tile count (1, 2, 4 tiles of 16; m not a multiple of 16), n with a partial CTA
-  // (136 = 128 + 8) and a partial warp, k of one group and of many (split or not).
-  for (Shape s : {Shape{5, 136, 128}, Shape{16, 520, 640}, Shape{17, 64, 6144}, Shape{33, 1024, 1024},
-                  Shape{64, 256, 8192}, Shape{8, 8, 384}}) {
+  // Both row tile counts (m not a multiple of 16), n with a partial CTA (136 = 128 + 8) and a
+  // partial warp, k of one group and of many (split or not).
+  for (Shape s : {Shape{5, 136, 128}, Shape{16, 520, 640}, Shape{17, 64, 6144}, Shape{31, 1024, 1024},
+                  Shape{32, 256, 8192}, Shape{8, 8, 384}}) {
     SCOPED_TRACE(::testing::Message() << s.m << " x " << s.n << " x " << s.k);
     auto x = testing::random_floats(s.m * s.k, testing::Distribution::kStudentT3, rng);
     // One row of zeros and one scaled far up (its factor far below 1), when there are rows to spare.
@@ -134,10 +134,10 @@ TEST_F(Mxfp8Linear, NonFiniteRowsStayInTheirRow) {
 
 // The shapes the launcher refuses (they go to the decoded-BF16 path), and the routing rule.
 TEST_F(Mxfp8Linear, RefusesShapesItDoesNotTake) {
-  Buffer<float> x(*gpu_, 65 * 256), y(*gpu_, 65 * 256);
+  Buffer<float> x(*gpu_, 33 * 256), y(*gpu_, 33 * 256);
   Buffer<uint8_t> w(*gpu_, 256 * 256), s(*gpu_, 256 * 8);
   const cuda::detail::Mxfp8LinearArgs fits{
-      .x = x.data(), .w_e4m3 = w.data(), .w_scales = s.data(), .y = y.data(), .m = 64, .n = 256, .k = 256};
+      .x = x.data(), .w_e4m3 = w.data(), .w_scales = s.data(), .y = y.data(), .m = 32, .n = 256, .k = 256};
   EXPECT_TRUE(cuda::detail::mxfp8_linear_fits(fits));
   auto with = [&](auto change) {
     cuda::detail::Mxfp8LinearArgs a = fits;
@@ -145,7 +145,7 @@ TEST_F(Mxfp8Linear, RefusesShapesItDoesNotTake) {
     return a;
   };
   Buffer<uint8_t> workspace(*gpu_, 1 << 20);
-  for (const auto& a : {with([](auto& a) { a.m = 65; }), with([](auto& a) { a.m = 0; }),
+  for (const auto& a : {with([](auto& a) { a.m = 33; }), with([](auto& a) { a.m = 0; }),
                         with([](auto& a) { a.n = 12; }), with([](auto& a) { a.k = 192; }),
                         with([&](auto& a) { a.x = x.data() + 1; }), with([&](auto& a) { a.w_e4m3 = w.data() + 8; }),
                         with([&](auto& a) { a.w_scales = s.data() + 2; }), with([](auto& a) { a.w_scales = nullptr; })}) {

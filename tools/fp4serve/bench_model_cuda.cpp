@@ -2,8 +2,9 @@
 // included). The model: the minimax-m3.1-flash preset's config with every layer an MSA + MoE
 // layer (as its layers 3-59 are) and a 32,768-token vocabulary (the vocabulary does not change a
 // layer's time); random weights in the checkpoint's formats: attention and the index branch
-// MXFP8, which the engine holds as MXFP8 (and, for a side-by-side row, as BF16), the shared
-// expert, the embedding and the LM head BF16, the router in FP32, routed experts in NVFP4. The caches are
+// MXFP8, held as the engine holds them by default at each batch (MXFP8 up to 16 sequences, BF16
+// past that; at 64K the other way too, side by side), the shared expert, the embedding and the
+// LM head BF16, the router in FP32, routed experts in NVFP4. The caches are
 // filled with one valid byte pattern, since the kernels' time does not depend on the values,
 // and a batch's sequences map onto at most kDistinctPages distinct pages (several GB, far
 // beyond the L2 cache). Per-layer time is (step of 3 layers - step of 1 layer) / 2, which
@@ -23,6 +24,7 @@
 #include "backend/cuda/device.h"
 #include "backend/profiling_backend.h"
 #include "core/check.h"
+#include "engine/loaded_model.h"
 #include "formats/mxfp8.h"
 #include "model/forward.h"
 #include "model/presets.h"
@@ -228,12 +230,14 @@ std::vector<Row> profile_layer_ops(const std::string& device, const Bench& one, 
   auto gpu = std::make_unique<cuda::CudaBackend>();
   const cudaStream_t stream = gpu->stream();
   ProfilingBackend profile(std::move(gpu));
-  // Declared after `profile`, so released through it before it goes.
-  const model::ResidentWeights resident1(one.weights, profile), resident3(three.weights, profile);
   const int steps = std::max(3, options.reps / 2);
   std::vector<Row> rows;
   for (int64_t batch : batch_sweep("model")) {
     if (!options.runs_batch(batch)) continue;
+    // Held as the engine holds them at this batch; placed after `profile`, released before it.
+    const auto held = batch > engine::kMxfp8MaxDecodeBatch ? model::ResidentWeights::Mxfp8::kAsBf16
+                                                           : model::ResidentWeights::Mxfp8::kHold;
+    const model::ResidentWeights resident1(one.weights, profile, held), resident3(three.weights, profile, held);
     const auto t1 = op_ms_per_step(one.config, one.weights, resident1, profile, stream, batch, kContext, steps);
     const auto t3 = op_ms_per_step(three.config, three.weights, resident3, profile, stream, batch, kContext, steps);
     double total = 0;
@@ -293,12 +297,16 @@ std::vector<Row> bench_model_decode(const std::string& device, double copy_gbps,
       for (int64_t context : {8192, 65536, 262144}) {
         // Op by op (--enforce-eager) too on NVFP4 caches, the engine's default: what the
         // recorded steps save per layer.
-        // And at 64K on NVFP4 caches, the MXFP8 projections held as BF16, side by side (the
-        // projections' time does not depend on the context).
+        // The attention held as the engine holds it by default at this batch (--mxfp8-weights
+        // auto: MXFP8 up to kMxfp8MaxDecodeBatch sequences, else BF16), and at 64K on NVFP4
+        // caches held the other way too, side by side (the projections' time does not depend on
+        // the context).
+        const bool default_bf16 = batch > engine::kMxfp8MaxDecodeBatch;
         for (const bool graphs : {true, false}) {
-          for (const bool bf16 : {false, true}) {
-            if ((!graphs || bf16) && dtype != kvcache::PageDType::kNVFP4) continue;
-            if (bf16 && (!graphs || context != 65536)) continue;
+          for (const bool other : {false, true}) {
+            if ((!graphs || other) && dtype != kvcache::PageDType::kNVFP4) continue;
+            if (other && (!graphs || context != 65536)) continue;
+            const bool bf16 = default_bf16 != other;
             const double t1 = step_ms(one, bf16 ? *one.resident_bf16 : *one.resident, gpu, dtype, batch, context,
                                       timed, graphs);
             const double t3 = step_ms(three, bf16 ? *three.resident_bf16 : *three.resident, gpu, dtype, batch,
@@ -306,7 +314,8 @@ std::vector<Row> bench_model_decode(const std::string& device, double copy_gbps,
             const double layer = (t3 - t1) / 2;
             rows.push_back({device,
                             fmt::format("m3.1-flash decode layer {}{}{}", kvcache::page_dtype_name(dtype),
-                                        graphs ? "" : " (eager)", bf16 ? " (attention held bf16)" : ""),
+                                        graphs ? "" : " (eager)",
+                                        !other ? "" : bf16 ? " (attention held bf16)" : " (attention held mxfp8)"),
                             fmt::format("b{} x {}K, {:.0f} tok/s/layer, step(3 layers) {:.2f} ms", batch,
                                         context / 1024, batch / (layer * 1e-3), t3),
                             layer_bytes(three.config, dtype, batch, context, bf16), layer, copy_gbps, false});

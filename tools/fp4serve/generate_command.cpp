@@ -42,6 +42,7 @@ struct GenerateFlags {
   std::string device = "auto";
   bool enforce_eager = false;
   std::string prefill_attention = "dense";
+  std::string mxfp8_weights = "auto";
   bool profile_ops = false;
 };
 
@@ -105,7 +106,7 @@ std::vector<int32_t> prompt_tokens(const GenerateFlags& f, const engine::LoadedM
 
 void run_generate(const GenerateFlags& f) {
   set_default_num_threads(f.threads);
-  engine::LoadOptions load{f.model, f.progress, f.device, f.prefill_attention};
+  engine::LoadOptions load{f.model, f.progress, f.device, f.prefill_attention, f.mxfp8_weights, 1};
   engine::LoadedModel m = engine::load_model(load);
   // Profiling wraps the backend the weights were placed on; they stay where they are.
   const ProfilingBackend* profile = nullptr;
@@ -261,6 +262,10 @@ void add_generate_command(CLI::App& app, int& exit_code) {
                   "Where prompt chunks take the GPU's prefill attention kernel: dense layers, all "
                   "layers, or never (the decode kernel per token)")
       ->capture_default_str()->check(CLI::IsMember({"dense", "all", "never"}));
+  sub->add_option("--mxfp8-weights", flags->mxfp8_weights,
+                  "How a GPU holds projections stored in MXFP8: mxfp8, bf16, or auto (mxfp8 for "
+                  "decode batches of up to 16)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "mxfp8", "bf16"}));
   sub->add_flag("--profile-ops", flags->profile_ops,
                 "Time every op (run op by op) and print the time per op to stderr after the run");
   sub->callback([flags, &exit_code, sub] {

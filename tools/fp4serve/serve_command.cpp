@@ -43,6 +43,7 @@ struct ServeFlags {
   int threads = 0;
   int64_t max_body_bytes = int64_t{32} << 20;
   bool progress = false;
+  std::string mxfp8_weights = "auto";
   std::string device = "auto";
   bool enforce_eager = false;
 };
@@ -81,7 +82,8 @@ void run_serve(const ServeFlags& f) {
   const std::filesystem::path model_dir = f.model.empty() ? default_model_dir() : std::filesystem::path(f.model);
   if (f.model.empty()) fmt::print(stderr, "fp4serve serve: no --model given: serving {}\n", model_dir.string());
   announce_init_kind(model_dir);
-  const engine::LoadedModel model = engine::load_model({model_dir.string(), f.progress, f.device});
+  const engine::LoadedModel model = engine::load_model(
+      {model_dir.string(), f.progress, f.device, "dense", f.mxfp8_weights, f.max_num_seqs});
   FP4_CHECK(model.tokenizer.has_value(), "{} has no tokenizer.json; the server needs one",
             model_dir.string());
   fmt::print(stderr, "fp4serve serve: loaded {} ({} layers, hidden {}, vocab {}) in {:.2f} s, on {}\n",
@@ -152,6 +154,10 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   sub->add_option("--max-num-seqs", f->max_num_seqs, "Requests running at once")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  sub->add_option("--mxfp8-weights", f->mxfp8_weights,
+                  "How a GPU holds projections stored in MXFP8: mxfp8, bf16, or auto (mxfp8 when "
+                  "--max-num-seqs is at most 16)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "mxfp8", "bf16"}));
   sub->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Tokens per step (chunked prefill budget)")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   sub->add_option("--kv-cache-dtype", f->kv_cache_dtype, "auto, fp32, bf16, fp8, nvfp4")->capture_default_str();

@@ -276,11 +276,12 @@ void CudaBackend::linear_bf16_weight(const LinearParams& p) {
 }
 
 // MXFP8-held weights hold BF16 values (LinearParams). Up to 4 rows of x stream the codes through
-// the skinny kernel, with the BF16 form's bits; up to 64 (decode batches) go to the FP16
-// tensor-core kernel on the codes (mxfp8_linear.h), within its bound; longer inputs (prompt
-// chunks) decode the weight into BF16 in stream-ordered scratch, exactly, and take the three
-// products on it, with the BF16 form's bits: their GEMM outweighs the one pass over the weight
-// that this adds.
+// the skinny kernel, within its bound; up to 32 (decode batches) go to the FP16 tensor-core kernel
+// on the codes (mxfp8_linear.h), within its bound; longer inputs decode the weight into BF16 in
+// stream-ordered scratch, exactly, and take the three products on it, with the BF16 form's bits
+// (a prompt chunk's GEMM outweighs the one pass over the weight that this adds; at 64 to 256 rows
+// it costs about 50 us on a [8192, 6144] weight, which is why the engine holds such weights in
+// BF16 for large decode batches: engine/loaded_model.h).
 void CudaBackend::linear_mxfp8_weight(const LinearParams& p) {
   const detail::SkinnyLinearArgs skinny = skinny_args(p);
   if (bf16_linear_ == Bf16Linear::kAuto && detail::skinny_linear_fits(skinny)) {

@@ -1,10 +1,9 @@
 // See mxfp8_linear.h. Three kernels:
 // - split_rows_kernel, one CTA per row of x (padded to whole 16-row tiles with zero rows): the
 //   row's scale and its FP16 pieces, [pieces][rows][k], and the factor 2^-s.
-// - mxfp8_linear_kernel<kTiles>, grid (ceil(n / 128), splits), 4 warps, once per 2 row tiles of
-//   x: warp w owns 32 output features (four 8-column MMA tiles, B) of the CTA's 128 and the
-//   launch's rows of x (kTiles <= 2 16-row A tiles), over the split's groups of 128 values of k
-//   (four MXFP8 blocks). In an MMA of block
+// - mxfp8_linear_kernel<kTiles>, grid (ceil(n / 128), splits), 4 warps: warp w owns 32 output
+//   features (four 8-column MMA tiles, B) of the CTA's 128 and every row of x (kTiles <= 2
+//   16-row A tiles), over the split's groups of 128 values of k (four MXFP8 blocks). In an MMA of block
 //   b, lane (g, t) supplies k = 8t + 4j + {0..3} for step j in {0, 1}: its B fragment is the 8
 //   contiguous code bytes [8t, 8t + 8) of its feature g's block, four hardware E4M3 -> FP16x2
 //   conversions, and its A fragments one 16-byte load of each of rows g and g + 8 per piece
@@ -33,12 +32,8 @@ constexpr int kCtaFeatures = kWarps * kNTiles * 8;
 constexpr int kGroup = 128;  // values of k a step: four MXFP8 blocks
 constexpr int kSplitThreads = 256;
 
-// Row tiles a product launch takes: more would keep too few warps an SM (at 4, 246 registers
-// and 2 CTAs an SM measured half the speed a row of two launches of 2 would need).
-constexpr int kMaxTiles = 2;
-
 struct Plan {
-  int tiles = 1;  // 16-row tiles of x, in launches of up to kMaxTiles
+  int tiles = 1;  // 16-row tiles of x (1 or 2)
   int64_t rows = 16, feature_tiles = 1, groups = 1, per_split = 1, splits = 1;
   int64_t pieces_bytes = 0, factors_bytes = 0, partial_bytes = 0;
 };
@@ -282,20 +277,15 @@ __global__ void __launch_bounds__(kSplitThreads) sum_splits_kernel(const float* 
   y[i] = sum;
 }
 
-// Rows [16 first_tile, 16 (first_tile + kTiles)) of x (fewer past m).
 template <int kTiles>
-cudaError_t launch_product(const Mxfp8LinearArgs& all, const Plan& p, int first_tile, const __half* pieces,
-                           const float* factors, float* out, cudaStream_t stream) {
-  Mxfp8LinearArgs a = all;
-  const int64_t first_row = 16 * int64_t{first_tile};
-  a.m = std::min<int64_t>(16 * kTiles, all.m - first_row);
+cudaError_t launch_product(const Mxfp8LinearArgs& a, const Plan& p, const __half* pieces, const float* factors,
+                           float* out, cudaStream_t stream) {
   static const cudaError_t opt_in =
       cudaFuncSetAttribute(mxfp8_linear_kernel<kTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (opt_in != cudaSuccess) return opt_in;
   const dim3 grid(static_cast<unsigned>(p.feature_tiles), static_cast<unsigned>(p.splits));
-  mxfp8_linear_kernel<kTiles><<<grid, kThreads, kSmemBytes, stream>>>(
-      a, pieces + first_row * a.k, factors + first_row, out + first_row * a.n, p.rows, p.per_split,
-      p.splits > 1 ? all.m * a.n : 0);
+  mxfp8_linear_kernel<kTiles><<<grid, kThreads, kSmemBytes, stream>>>(a, pieces, factors, out, p.rows, p.per_split,
+                                                                       p.splits > 1 ? a.m * a.n : 0);
   return cudaGetLastError();
 }
 
@@ -325,11 +315,9 @@ cudaError_t launch_mxfp8_linear(const Mxfp8LinearArgs& a, void* workspace, cudaS
   float* partial = p.splits > 1 ? reinterpret_cast<float*>(bytes + p.pieces_bytes + p.factors_bytes) : a.y;
   split_rows_kernel<<<static_cast<unsigned>(p.rows), kSplitThreads, 0, stream>>>(a.x, a.m, a.k, p.rows, pieces,
                                                                                   factors);
-  for (int tile = 0; tile < p.tiles; tile += kMaxTiles) {
-    const cudaError_t e = p.tiles - tile == 1 ? launch_product<1>(a, p, tile, pieces, factors, partial, stream)
-                                              : launch_product<2>(a, p, tile, pieces, factors, partial, stream);
-    if (e != cudaSuccess) return e;
-  }
+  const cudaError_t e = p.tiles == 1 ? launch_product<1>(a, p, pieces, factors, partial, stream)
+                                     : launch_product<2>(a, p, pieces, factors, partial, stream);
+  if (e != cudaSuccess) return e;
   if (p.splits > 1) {
     const int64_t count = a.m * a.n;
     sum_splits_kernel<<<static_cast<unsigned>((count + kSplitThreads - 1) / kSplitThreads), kSplitThreads, 0,

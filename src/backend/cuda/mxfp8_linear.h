@@ -1,8 +1,7 @@
 // The linear on an MXFP8-held weight for inputs of 5 to kMxfp8LinearMaxRows rows (decode batches
 // past the skinny kernel's, skinny_linear.h): FP16 tensor cores on the weight's E4M3 codes as they
-// are, the block scales applied to each block's partial sums in FP32. The weight is read once a
-// 32 rows of x (33 bytes per 32 values) instead of being decoded to BF16 in scratch and read
-// again.
+// are, the block scales applied to each block's partial sums in FP32. The weight is read once
+// (33 bytes per 32 values) instead of being decoded to BF16 in scratch and read again.
 //
 // Numerics. Each row of x is scaled by the power of two 2^s that puts its largest magnitude in
 // [2^14, 2^15) (s capped at 127; 0 for a row of zeros or one holding an infinity or NaN) and
@@ -23,7 +22,10 @@
 
 namespace fp4::cuda::detail {
 
-constexpr int64_t kMxfp8LinearMaxRows = 64;
+// Past 32 rows the kernel is slower than decoding the weight to BF16 and the three products
+// (bench/RESULTS.md, 2026-12-07): its cost grows with the rows (it is bound by its instructions,
+// not by the weight's bytes).
+constexpr int64_t kMxfp8LinearMaxRows = 32;
 // FP16 pieces of x: x 2^s = sum of the pieces + r, |r| <= 2^-(11 pieces) |x 2^s| + 2^-25.
 constexpr int kMxfp8LinearPieces = 2;
 
@@ -43,8 +45,7 @@ bool mxfp8_linear_fits(const Mxfp8LinearArgs& a);
 // a function of the shape and the device's SM count only, so a captured launch stays valid.
 int64_t mxfp8_linear_workspace_bytes(const Mxfp8LinearArgs& a);
 // `workspace` holds mxfp8_linear_workspace_bytes(a) bytes, 16-byte aligned. Three launches
-// (split, product, sum of the splits; the last only when k is split), the product once per 32
-// rows of x.
+// (split, product, sum of the splits; the last only when k is split).
 cudaError_t launch_mxfp8_linear(const Mxfp8LinearArgs& a, void* workspace, cudaStream_t stream);
 
 }  // namespace fp4::cuda::detail
