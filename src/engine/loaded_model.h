@@ -27,7 +27,7 @@ struct LoadOptions {
   // tensors) are held on a GPU: "mxfp8" (33 bytes per 32 values, read as codes), "bf16" (twice
   // the bytes), or "auto": MXFP8 when no decode step runs more than kMxfp8MaxDecodeBatch
   // sequences (max_decode_batch), where the MXFP8 kernels measured faster (bench/RESULTS.md,
-  // 2026-12-07: a layer at one token 11% faster, at 16 within 4% either way, at 64 11-20%
+  // 2026-12-07: a layer at one token 11% faster, at 16 within 4% either way, at 64 11-25%
   // slower), else BF16.
   std::string mxfp8_weights = "auto";
   int64_t max_decode_batch = 1;
