@@ -49,6 +49,26 @@ FP4_HD void mxfp8_dequantize_block(const uint8_t* values, uint8_t scale, float* 
   for (int i = 0; i < kMxfp8BlockElems; ++i) out[i] = mxfp8_decode_value(values[i], s);
 }
 
+// The E4M3 code of y when y is exactly an E4M3 value, else -1: read from y's bits, no rounding
+// (the loader checks every value of a checkpoint's MXFP8 projections, billions of them). A
+// normal E4M3 (2^-6 <= |y| <= 448) keeps 3 fraction bits of y's 23; a subnormal one is a
+// multiple of 2^-9 below 2^-6.
+FP4_HD int e4m3_exact_code(float y) {
+  const uint32_t bits = float_to_bits(y), a = bits & 0x7FFFFFFFu, sign = (bits >> 24) & 0x80u;
+  if (a == 0) return static_cast<int>(sign);
+  const int e = static_cast<int>(a >> 23) - 127;
+  if (e >= -6 && e <= 8) {
+    if ((a & 0xFFFFFu) != 0 || a > 0x43E00000u) return -1;  // more than 3 fraction bits, or > 448
+    return static_cast<int>(sign | (static_cast<uint32_t>(e + 7) << 3) | ((a >> 20) & 7u));
+  }
+  if (e >= -9 && e < -6) {
+    const int drop = 23 - (e + 9);  // y 2^9 = (1.f) 2^(e + 9) must be a whole number
+    if ((a & ((1u << drop) - 1)) != 0) return -1;
+    return static_cast<int>(sign | ((0x800000u | (a & 0x7FFFFFu)) >> drop));
+  }
+  return -1;
+}
+
 // Whether x[0..31] is exactly an MXFP8 block, as the values a checkpoint's MXFP8 tensor decodes
 // to are; if so, writes a block that decodes to every x bit for bit (signed zeros included)
 // and its scale. The checkpoint may have chosen another scale: any scale that holds the block
@@ -67,11 +87,14 @@ FP4_HD bool mxfp8_quantize_block_exact(const float* x, uint8_t* values, uint8_t&
   for (int step = 0; step < 2; ++step) {
     const uint8_t s = static_cast<uint8_t>(ceiling + step);
     if (s == kUE8M0NaN) return false;
-    const float inverse = ue8m0_inverse(s), value = ue8m0_decode(s);
+    // A code found means x / scale was a normal float or zero (E4M3 values lie far above FP32's
+    // subnormals), so the division was exact and code times scale is x again.
+    const float inverse = ue8m0_inverse(s);
     bool exact = true;
     for (int i = 0; i < kMxfp8BlockElems && exact; ++i) {
-      values[i] = mxfp8_encode_value(x[i], inverse);
-      exact = float_to_bits(mxfp8_decode_value(values[i], value)) == float_to_bits(x[i]);
+      const int code = e4m3_exact_code(x[i] * inverse);
+      exact = code >= 0;
+      values[i] = static_cast<uint8_t>(code);
     }
     if (exact) {
       scale = s;

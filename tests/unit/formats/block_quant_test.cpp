@@ -269,6 +269,29 @@ TEST(Mxfp8Block, EdgeCases) {
   for (float f : y) EXPECT_TRUE(std::isnan(f));
 }
 
+// The code read from a float's bits, against the codec: every E4M3 value (both zeros, every
+// subnormal) gives its own code back, and a float gives a code exactly when the encoder's
+// round trip returns it unchanged (floats from 2^-12 to 2^10, random bits).
+TEST(E4m3ExactCode, AgreesWithTheCodec) {
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue;  // NaN
+    EXPECT_EQ(e4m3_exact_code(e4m3_decode(static_cast<uint8_t>(c))), c) << "code " << c;
+  }
+  auto rng = testing::seeded_rng(18);
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t bits = static_cast<uint32_t>(rng());
+    bits = (bits & 0x807FFFFFu) | (static_cast<uint32_t>(127 - 12 + (rng() % 23)) << 23);
+    if (i % 2 == 0) bits &= ~((1u << (17 + rng() % 7)) - 1);  // few fraction bits: often exact
+    const float y = std::bit_cast<float>(bits);
+    const bool round_trips = std::bit_cast<uint32_t>(e4m3_decode(e4m3_encode(y))) == bits;
+    const int code = e4m3_exact_code(y);
+    ASSERT_EQ(code >= 0, round_trips) << "y = " << y;
+    if (code >= 0) ASSERT_EQ(code, e4m3_encode(y)) << "y = " << y;
+  }
+  EXPECT_EQ(e4m3_exact_code(480.0f), -1);  // past E4M3's largest, 448
+  EXPECT_EQ(e4m3_exact_code(0x1p-10f), -1);  // below its smallest, 2^-9
+}
+
 // A checkpoint's MXFP8 block, decoded, is found exact and re-encoded losslessly whatever scale
 // the checkpoint chose (random codes at scales from 2^-127 to 2^119, the largest whose every
 // value is a finite FP32; subnormal codes and signed zeros included);
