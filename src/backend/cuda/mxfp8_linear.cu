@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "backend/cuda/mma.cuh"
+#include "formats/minifloat.h"
 
 namespace fp4::cuda::detail {
 namespace {
@@ -109,11 +110,6 @@ __device__ __forceinline__ uint4 load_cached16(const void* p) {
   return v;
 }
 
-// 2^(code - 127) as a float; NaN for 0xFF (the UE8M0 NaN).
-__device__ __forceinline__ float ue8m0_value(uint32_t code) {
-  return __uint_as_float(code == 0 ? 0x00400000u : code == 0xFFu ? 0x7FC00000u : code << 23);
-}
-
 // A warp's ring of shared-memory slots, one group (its 32 features' 128 codes and 4 scales
 // each) a slot, filled by cp.async kSlots - 1 groups ahead. In a slot feature f's 16-byte chunk
 // c sits at chunk c ^ 2 (f mod 4), so that the 8-byte reads of one block (features g of a
@@ -183,8 +179,8 @@ __device__ __forceinline__ void multiply_block(float (&acc)[kTiles][kNTiles][4],
     w16[nt][2] = tc::e4m3x2_to_f16x2(codes.y);
     w16[nt][3] = tc::e4m3x2_to_f16x2(codes.y >> 16);
     const uint8_t* scale_bytes = slot + kSlotCodeBytes + (nt * 8 + 2 * tig) * 4 + b;
-    s[nt][0] = ue8m0_value(scale_bytes[0]);
-    s[nt][1] = ue8m0_value(scale_bytes[4]);
+    s[nt][0] = ue8m0_decode(scale_bytes[0]);
+    s[nt][1] = ue8m0_decode(scale_bytes[4]);
   }
 #pragma unroll
   for (int mt = 0; mt < kTiles; ++mt) {

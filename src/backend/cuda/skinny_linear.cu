@@ -1,9 +1,9 @@
 // See skinny_linear.h. A CTA owns kRowsPerCta weight rows over the whole of k: its threads
 // stride over the rows' 16-byte chunks (8 BF16 values, or 16 MXFP8 codes and their block's scale
 // byte), a warp's loads 512 contiguous bytes of a row, and every thread keeps kRowsPerCta x M
-// partial sums. x is small and read by every CTA, so it comes through L1
-// while the weight's loads skip it. The partial sums are reduced in a fixed order (warp
-// shuffles, then the warps in turn), so a result does not depend on timing.
+// partial sums. x is small and read by every CTA, so it comes through L1 while the weight's
+// loads skip it. The partial sums are reduced in a fixed order (warp shuffles, then the warps
+// in turn), so a result does not depend on timing.
 #include "backend/cuda/skinny_linear.h"
 
 #include <cuda_fp16.h>
@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/cuda/streaming_loads.cuh"
+#include "formats/minifloat.h"
 
 namespace fp4::cuda::detail {
 namespace {
@@ -18,6 +19,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerCta = 4;
+
 // The CTA's partial sums reduced in a fixed order (warp shuffles, then the warps in turn) and
 // stored.
 template <int M>
@@ -104,11 +106,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<M>) skinny_linear_kernel(
   reduce_and_store<M>(acc, a, first_row, rows);
 }
 
-// 2^(code - 127) as a float; NaN for 0xFF (the UE8M0 NaN).
-__device__ __forceinline__ float ue8m0_value(uint32_t code) {
-  return __uint_as_float(code == 0 ? 0x00400000u : code == 0xFFu ? 0x7FC00000u : code << 23);
-}
-
 // MXFP8: a chunk is 16 values (16 code bytes, half a block) and its block's scale byte. A code
 // becomes its value by the hardware E4M3 -> FP16x2 conversion and the FP16 -> FP32 one (exact);
 // the chunk's 16 products with each row of x are summed from zero and the sum times the scale
@@ -163,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<M>) skinny_linear_mx_kern
           wf[2 * i] = __low2float(v);
           wf[2 * i + 1] = __high2float(v);
         }
-        const float scale = ue8m0_value(sv[u][r]);
+        const float scale = ue8m0_decode(static_cast<uint8_t>(sv[u][r]));
 #pragma unroll
         for (int t = 0; t < M; ++t) {
           const float4* xt = reinterpret_cast<const float4*>(a.x + t * a.k + 16 * c);

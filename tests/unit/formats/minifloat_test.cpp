@@ -69,6 +69,7 @@ TEST(UE8M0, PowersOfTwo) {
   EXPECT_EQ(ue8m0_decode(254), std::ldexp(1.0f, 127));
   EXPECT_TRUE(is_nan(ue8m0_decode(255)));
   for (int c = 0; c < 255; ++c) {
+    EXPECT_EQ(ue8m0_decode(static_cast<uint8_t>(c)), std::ldexp(1.0f, c - 127)) << c;
     EXPECT_EQ(ue8m0_decode(static_cast<uint8_t>(c)) * ue8m0_inverse(static_cast<uint8_t>(c)), 1.0f) << c;
     EXPECT_EQ(ue8m0_encode_ceil(ue8m0_decode(static_cast<uint8_t>(c))), c);
   }
