@@ -23,6 +23,7 @@
 #include "formats/mxfp8.h"
 #include "tests/support/gpu_test.h"
 #include "tests/support/random.h"
+#include "tests/support/random_mxfp8.h"
 
 namespace fp4 {
 namespace {
@@ -55,17 +56,10 @@ TEST_F(Mxfp8Linear, WithinItsBoundOfTheCpu) {
       for (int64_t l = 0; l < s.k; ++l) x[2 * s.k + l] = 0;
       for (int64_t l = 0; l < s.k; ++l) x[3 * s.k + l] *= 0x1p60f;
     }
-    std::vector<uint8_t> codes(s.n * s.k), scales(s.n * s.k / kMxfp8BlockElems);
-    std::vector<float> w(s.n * s.k);
-    for (uint8_t& c : codes) {
-      do c = static_cast<uint8_t>(rng() >> 56); while ((c & 0x7F) == 0x7F);
-    }
-    for (uint8_t& sc : scales) sc = static_cast<uint8_t>(110 + rng() % 30);  // 2^-17 to 2^12
-    for (size_t b = 0; b < scales.size(); ++b) {
-      mxfp8_dequantize_block(&codes[b * kMxfp8BlockElems], scales[b], &w[b * kMxfp8BlockElems]);
-    }
+    const testing::Mxfp8Weight weight = testing::random_mxfp8(s.n, s.k, 110, 30, rng);  // scales 2^-17 to 2^12
+    const std::vector<float>& w = weight.values;
     Buffer<float> gx(*gpu_, x);
-    Buffer<uint8_t> gcodes(*gpu_, codes), gscales(*gpu_, scales);
+    Buffer<uint8_t> gcodes(*gpu_, weight.codes), gscales(*gpu_, weight.scales);
     constexpr int64_t kGuard = 64;
     Buffer<float> gy(*gpu_, std::vector<float>(s.m * s.n + kGuard, std::numeric_limits<float>::quiet_NaN()));
     ASSERT_TRUE(cuda::detail::mxfp8_linear_fits(

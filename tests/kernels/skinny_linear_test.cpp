@@ -24,6 +24,7 @@
 #include "tests/support/gpu_test.h"
 #include "tests/support/linear_bound.h"
 #include "tests/support/random.h"
+#include "tests/support/random_mxfp8.h"
 
 namespace fp4 {
 namespace {
@@ -108,24 +109,6 @@ TEST_F(SkinnyLinear, GroupedPartsGiveTheSingleLaunchBits) {
   }
 }
 
-// Random MXFP8 blocks: codes of every finite value, scales from `lowest` to lowest + spread - 1.
-struct Mxfp8Weight {
-  std::vector<uint8_t> codes, scales;
-  std::vector<float> values;  // decoded
-};
-Mxfp8Weight random_mxfp8(int64_t n, int64_t k, int lowest, int spread, std::mt19937_64& rng) {
-  Mxfp8Weight w{std::vector<uint8_t>(n * k), std::vector<uint8_t>(n * k / kMxfp8BlockElems),
-                std::vector<float>(n * k)};
-  for (uint8_t& c : w.codes) {
-    do c = static_cast<uint8_t>(rng() >> 56); while ((c & 0x7F) == 0x7F);
-  }
-  for (uint8_t& s : w.scales) s = static_cast<uint8_t>(lowest + static_cast<int>(rng() % spread));
-  for (size_t b = 0; b < w.scales.size(); ++b) {
-    mxfp8_dequantize_block(&w.codes[b * kMxfp8BlockElems], w.scales[b], &w.values[b * kMxfp8BlockElems]);
-  }
-  return w;
-}
-
 // The MXFP8 form against the CPU on the decoded values, within the bound above: each output is
 // a sum of the products x w over a tree of additions no deeper than k (a chunk's 16 products from
 // zero, its sum times the block's power-of-two scale, which commutes with rounding, added to a
@@ -145,7 +128,7 @@ TEST_F(SkinnyLinear, Mxfp8WithinTheFp32SummationBoundOfTheCpu) {
     SCOPED_TRACE(::testing::Message() << s.m << " x " << s.n << " x " << s.k << ", scales from " << s.lowest);
     auto x = testing::random_floats(s.m * s.k, testing::Distribution::kStudentT3, rng);
     for (float& v : x) v *= s.x_scale;
-    const Mxfp8Weight w = random_mxfp8(s.n, s.k, s.lowest, s.spread, rng);
+    const testing::Mxfp8Weight w = testing::random_mxfp8(s.n, s.k, s.lowest, s.spread, rng);
     Buffer<float> gx(*gpu_, x);
     Buffer<uint8_t> codes(*gpu_, w.codes), scales(*gpu_, w.scales);
     constexpr int64_t kGuard = 64;
@@ -172,11 +155,11 @@ TEST_F(SkinnyLinear, BackendMxfp8Paths) {
   auto rng = testing::seeded_rng(94);
   const int64_t k = 1024;
   const std::vector<int64_t> widths = {700, 64, 129};
-  std::vector<Mxfp8Weight> host;
+  std::vector<testing::Mxfp8Weight> host;
   std::vector<Buffer<uint16_t>> w16;
   std::vector<Buffer<uint8_t>> codes, scales;
   for (int64_t n : widths) {
-    host.push_back(random_mxfp8(n, k, 119, 16, rng));
+    host.push_back(testing::random_mxfp8(n, k, 119, 16, rng));
     std::vector<uint16_t> bits(host.back().values.size());
     for (size_t i = 0; i < bits.size(); ++i) bits[i] = bf16_encode(host.back().values[i]);
     w16.emplace_back(*gpu_, bits);
