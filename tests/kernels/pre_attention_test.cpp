@@ -43,6 +43,9 @@ const Geometry kOthers[] = {
     {"8/2 x 64, full RoPE, no norms, in place", 8, 2, 64, 2, 64, 64, false, false, true},
     {"dense 4/4 x 32, RoPE 16", 4, 4, 32, 0, 0, 16, true, false, false},
     {"16/1 x 256, index 1 x 16, no RoPE", 16, 1, 256, 1, 16, 0, true, true, false},
+    // Heads narrower than a 16-value block: the K/V pages flatten a token's heads into one group,
+    // so the kernel stages them (one CTA a token).
+    {"8/4 x 8 (flattened pages), index 1 x 16, RoPE 8", 8, 4, 8, 1, 16, 8, true, false, false},
 };
 
 // One step: tokens at (sequence, position); pages only for the blocks the tokens write to.

@@ -23,8 +23,9 @@ void moe_gather(const MoeGatherParams& p, cudaStream_t stream) {
 }
 
 void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
-  FP4_CHECK(p.tokens >= 0 && p.top_k > 0 && p.top_k <= 16 && p.hidden > 0,
-            "moe_combine: {} tokens of {}, top-{} (at most 16)", p.tokens, p.hidden, p.top_k);
+  FP4_CHECK(p.tokens >= 0 && p.top_k > 0 && p.top_k <= detail::kMaxCombineSlots && p.hidden > 0,
+            "moe_combine: {} tokens of {}, top-{} (at most {})", p.tokens, p.hidden, p.top_k,
+            detail::kMaxCombineSlots);
   if (p.tokens == 0) return;
   FP4_CHECK(p.y_grouped && p.row_of_pair && p.expert_ids && p.weights && p.out,
             "moe_combine: y_grouped, row_of_pair, expert_ids, weights and out are required");

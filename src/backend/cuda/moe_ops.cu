@@ -101,41 +101,78 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const MoeGatherParams 
   }
 }
 
-// Grid: tokens; threads over hidden. Each thread sorts the token's (at most 16) slots by expert
-// id, which every thread of the CTA does alike.
+// Grid: (tokens, column slices of kCombineColumns); threads over the slice's columns. Every
+// thread sorts the token's (at most 16) slots by expert id alike, then holds each sorted slot's
+// row pointer and weight in registers, so a column's loads depend on nothing but its own
+// address: at one token the slices spread the work over SMs, and a thread's columns are all
+// loaded before any is stored (the output may alias `shared`, so a store would otherwise keep
+// the next column's loads behind it).
+constexpr int kCombineColumnsPerThread = 4;
+constexpr int kCombineColumns = kCombineColumnsPerThread * kThreads;
+
 __global__ void __launch_bounds__(kThreads) combine_kernel(const MoeCombineParams p) {
   const int64_t t = blockIdx.x;
   const int k = static_cast<int>(p.top_k);
   const int64_t pairs = p.tokens * p.top_k;
-  int slot[16];
+  int id[kMaxCombineSlots];
+  int slot[kMaxCombineSlots];
   bool bad = false;
-  for (int s = 0; s < k; ++s) {
+#pragma unroll
+  for (int s = 0; s < kMaxCombineSlots; ++s) {
     slot[s] = s;
-    const int row = p.row_of_pair[t * k + s];
-    bad |= row < 0 || row >= pairs;
+    id[s] = s < k ? p.expert_ids[t * k + s] : 0;
   }
-  const int32_t* ids = p.expert_ids + t * k;
-  for (int s = 1; s < k; ++s) {  // insertion sort: ascending id, then slot
-    const int cur = slot[s];
+  for (int s = 1; s < k; ++s) {  // insertion sort: ascending id, then slot (stable)
+    const int cur = slot[s], cur_id = id[s];
     int j = s - 1;
-    while (j >= 0 && (ids[slot[j]] > ids[cur] || (ids[slot[j]] == ids[cur] && slot[j] > cur))) {
+    while (j >= 0 && id[j] > cur_id) {
       slot[j + 1] = slot[j];
+      id[j + 1] = id[j];
       --j;
     }
     slot[j + 1] = cur;
+    id[j + 1] = cur_id;
   }
-  for (int64_t j = threadIdx.x; j < p.hidden; j += kThreads) {
-    if (bad) {
-      p.out[t * p.hidden + j] = __int_as_float(0x7fc00000);
-      continue;
+  const float* rows[kMaxCombineSlots];
+  float weight[kMaxCombineSlots];
+#pragma unroll
+  for (int s = 0; s < kMaxCombineSlots; ++s) {
+    rows[s] = p.y_grouped;
+    weight[s] = 0.0f;
+    if (s < k) {
+      const int row = p.row_of_pair[t * k + slot[s]];
+      bad |= row < 0 || row >= pairs;
+      rows[s] = p.y_grouped + int64_t{row} * p.hidden;
+      weight[s] = p.weights[t * k + slot[s]];
     }
-    float routed = 0.0f;
-    for (int s = 0; s < k; ++s) {
-      const int64_t row = p.row_of_pair[t * k + slot[s]];
-      routed += p.weights[t * k + slot[s]] * p.y_grouped[row * p.hidden + j];
+  }
+  float* out = p.out + t * p.hidden;
+  const float* shared = p.shared != nullptr ? p.shared + t * p.hidden : nullptr;
+  const int64_t first = int64_t{blockIdx.y} * kCombineColumns + threadIdx.x;
+  if (bad) {
+#pragma unroll
+    for (int c = 0; c < kCombineColumnsPerThread; ++c) {
+      const int64_t j = first + c * kThreads;
+      if (j < p.hidden) out[j] = __int_as_float(0x7fc00000);
     }
-    const float base = p.shared != nullptr ? p.shared[t * p.hidden + j] : 0.0f;
-    p.out[t * p.hidden + j] = base + p.routed_scale * routed;
+    return;
+  }
+  float result[kCombineColumnsPerThread];
+#pragma unroll
+  for (int c = 0; c < kCombineColumnsPerThread; ++c) {
+    const int64_t j = first + c * kThreads;
+    if (j >= p.hidden) continue;
+    float routed = 0.0f;  // the CPU's order: ascending expert id, one product and one sum each
+#pragma unroll
+    for (int s = 0; s < kMaxCombineSlots; ++s)
+      if (s < k) routed += weight[s] * rows[s][j];
+    const float base = shared != nullptr ? shared[j] : 0.0f;
+    result[c] = base + p.routed_scale * routed;
+  }
+#pragma unroll
+  for (int c = 0; c < kCombineColumnsPerThread; ++c) {
+    const int64_t j = first + c * kThreads;
+    if (j < p.hidden) out[j] = result[c];
   }
 }
 
@@ -152,7 +189,8 @@ cudaError_t launch_moe_gather(const MoeGatherParams& p, cudaStream_t stream) {
 }
 
 cudaError_t launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
-  combine_kernel<<<static_cast<unsigned>(p.tokens), kThreads, 0, stream>>>(p);
+  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.hidden + kCombineColumns - 1) / kCombineColumns));
+  combine_kernel<<<grid, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -17,10 +17,13 @@ namespace fp4::cuda {
 // = tokens x top_k.
 void moe_dispatch(const MoeDispatchParams& p, cudaStream_t stream);
 void moe_gather(const MoeGatherParams& p, cudaStream_t stream);
-// top_k at most 16.
+// top_k at most detail::kMaxCombineSlots (16).
 void moe_combine(const MoeCombineParams& p, cudaStream_t stream);
 
 namespace detail {
+
+// The combine keeps each of a token's slots in registers.
+constexpr int kMaxCombineSlots = 16;
 
 cudaError_t launch_moe_dispatch(const MoeDispatchParams& p, cudaStream_t stream);
 cudaError_t launch_moe_gather(const MoeGatherParams& p, cudaStream_t stream);

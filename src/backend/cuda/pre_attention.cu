@@ -1,11 +1,18 @@
-// Fused pre-attention kernel. One CTA per token:
-// 1. its rotary cos/sin (double, rounded to float, as the CPU's rope) into shared memory;
-// 2. each warp takes head vectors of the token in turn (every head of q, k, v, index_q,
-//    index_k): loads it, norms it (sum of squares in double, as rms_norm), rotates its first
-//    rotary_dim values, and writes it to its output (q, index_q) or to the CTA's stage (k, v,
-//    index-K);
-// 3. the CTA's threads quantize the staged K, V and index-K into the caches, one 16-value block
-//    each, with the cache-insert kernel's writer.
+// Fused pre-attention kernel. Grid: (tokens, parts); the warps of a token's parts take its head
+// vectors (every head of q, k, v, index_q and index_k), one vector a warp where there are parts
+// enough:
+// 1. the CTA's threads compute the token's rotary cos/sin (double, rounded to float, as the
+//    CPU's rope) into shared memory;
+// 2. a warp loads its vector into its shared-memory row, norms it (sum of squares in double,
+//    as rms_norm), rotates its first rotary_dim values and writes it out (q, index_q, and k or
+//    index_k when asked);
+// 3. K, V and index-K go into their caches, one 16-value block a thread, with the cache-insert
+//    kernel's writer: straight from the warp's row where a cache group is one head, and where
+//    a layout flattens a token's heads into one group (heads narrower than a block) from a
+//    stage the whole token's heads are written to first, by one CTA a token.
+// A vector is a chain of dependent steps (load, reduce, scale, rotate, store, encode) that no
+// other warp can help with, so the vectors run side by side rather than one warp working
+// through several.
 // -fmad=false (CMakeLists) keeps every product and sum rounded as the CPU's.
 #include <cuda_runtime.h>
 
@@ -24,7 +31,17 @@ __device__ __forceinline__ double warp_sum(double x) {
   return x;
 }
 
-// Shared memory: cos[pairs], sin[pairs], stage[stage_floats], warp buffers[kWarps][max_dim].
+// The slot a token's K, V and index-K go to, or -1 when its sequence, block or page is out of
+// range (indices the host cannot check), which inserts nothing.
+__device__ int64_t token_slot(const PreAttentionArgs& a, int t, int pos) {
+  const int page_tokens = a.caches[0].page_tokens;  // the launcher checks both caches agree
+  const int seq = a.seq_of_token[t], block = pos / page_tokens;
+  if (seq < 0 || seq >= a.num_seqs || pos < 0 || block >= a.max_blocks) return -1;
+  const int page = a.block_tables[int64_t{seq} * a.max_blocks + block];
+  return page >= 0 ? int64_t{page} * page_tokens + pos % page_tokens : -1;
+}
+
+// Shared memory: cos[pairs], sin[pairs], stage[stage_floats], warp rows[kWarps][max_dim].
 __global__ void __launch_bounds__(kPreAttentionThreads) pre_attention_kernel(const PreAttentionArgs a) {
   // In an MSA layer with NVFP4 index pages the indexer's scoring kernel follows as a
   // programmatic dependent: its first pages are on their way to the L2 while this kernel runs
@@ -46,9 +63,10 @@ __global__ void __launch_bounds__(kPreAttentionThreads) pre_attention_kernel(con
   }
   __syncthreads();
 
+  const bool staged = a.stage_floats > 0;
   int total = 0;
   for (int s = 0; s < a.num_sets; ++s) total += a.sets[s].heads;
-  for (int v = warp; v < total; v += kWarps) {
+  for (int v = blockIdx.y * kWarps + warp; v < total; v += gridDim.y * kWarps) {
     int s = 0, h = v;
     while (h >= a.sets[s].heads) h -= a.sets[s++].heads;
     const HeadSetArgs& set = a.sets[s];
@@ -78,24 +96,24 @@ __global__ void __launch_bounds__(kPreAttentionThreads) pre_attention_kernel(con
       }
       __syncwarp();
     }
-    float* out = set.out != nullptr ? set.out + (int64_t{t} * set.heads + h) * dim : nullptr;
-    float* staged = set.stage >= 0 ? stage + set.stage + h * dim : nullptr;
-    for (int i = lane; i < dim; i += 32) {
-      if (out != nullptr) out[i] = buf[i];
-      if (staged != nullptr) staged[i] = buf[i];
+    if (set.out != nullptr) {
+      float* out = set.out + (int64_t{t} * set.heads + h) * dim;
+      for (int i = lane; i < dim; i += 32) out[i] = buf[i];
     }
-    __syncwarp();  // the buffer is rewritten by the next vector
+    if (set.cache >= 0 && staged) {
+      float* dst = stage + set.stage + h * dim;
+      for (int i = lane; i < dim; i += 32) dst[i] = buf[i];
+    } else if (set.cache >= 0) {
+      const CacheTarget& c = a.caches[set.cache];
+      const int64_t slot = token_slot(a, t, pos);
+      for (int chunk = lane; chunk < c.chunks; chunk += 32)
+        cache_write::write_cache_block<false>(c, slot, set.plane, h, chunk, buf + chunk * cache_write::kBlock);
+    }
+    __syncwarp();  // the row is rewritten by the warp's next vector
   }
+  if (!staged) return;
   __syncthreads();
-
-  // The token's slot; a sequence, block or page out of range inserts nothing.
-  const int page_tokens = a.caches[0].page_tokens;  // the launcher checks both caches agree
-  const int seq = a.seq_of_token[t], block = pos / page_tokens;
-  int64_t slot = -1;
-  if (seq >= 0 && seq < a.num_seqs && pos >= 0 && block < a.max_blocks) {
-    const int page = a.block_tables[int64_t{seq} * a.max_blocks + block];
-    if (page >= 0) slot = int64_t{page} * page_tokens + pos % page_tokens;
-  }
+  const int64_t slot = token_slot(a, t, pos);
   for (int cache = 0; cache < a.num_caches; ++cache) {
     const CacheTarget& c = a.caches[cache];
     const int items = c.planes * c.groups * c.chunks;
@@ -120,7 +138,12 @@ cudaError_t launch_pre_attention(const PreAttentionArgs& a, cudaStream_t stream)
                                                static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
-  pre_attention_kernel<<<a.tokens, kPreAttentionThreads, smem, stream>>>(a);
+  int vectors = 0;
+  for (int s = 0; s < a.num_sets; ++s) vectors += a.sets[s].heads;
+  // Staged inserts need a token's heads in one CTA.
+  const int parts = a.stage_floats > 0 ? 1 : (vectors + kWarps - 1) / kWarps;
+  const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>(parts));
+  pre_attention_kernel<<<grid, kPreAttentionThreads, smem, stream>>>(a);
   return cudaGetLastError();
 }
 

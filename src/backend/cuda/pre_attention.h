@@ -32,7 +32,9 @@ struct HeadSetArgs {
   int heads = 0, dim = 0;
   bool rotate = false;
   float* out = nullptr;         // [tokens, heads, dim], or nullptr
-  int stage = -1;               // offset (floats) of the family in the CTA's stage, or -1
+  int cache = -1;               // the cache (index into caches) the heads go to, or -1
+  int plane = 0;                // in that cache: 0 K, 1 V
+  int stage = -1;               // offset (floats) of the family in the CTA's stage, when staged
 };
 
 constexpr int kPreAttentionThreads = 256;
@@ -47,13 +49,17 @@ struct PreAttentionArgs {
   HeadSetArgs sets[kMaxHeadSets];
   int num_sets = 0;
   CacheTarget caches[2];
-  int source[2][2] = {{0, 0}, {0, 0}};  // stage offset of each cache's K and V values
   int num_caches = 0;
+  // Staged inserts (stage_floats > 0): a cache whose group is more than one head (a layout of
+  // heads narrower than a block flattens them) takes a token's K, V and index-K from a stage in
+  // shared memory, source[cache][plane] floats in; otherwise each head is inserted as group h.
+  int source[2][2] = {{0, 0}, {0, 0}};
+  int stage_floats = 0;
   float eps = 1e-6f;
   bool gemma = false;
   int rotary_pairs = 0;                  // rotary_dim / 2
   double inv_freq[kMaxRotaryPairs] = {};
-  int stage_floats = 0, max_dim = 0;
+  int max_dim = 0;
 };
 
 // Dynamic shared memory of one CTA for `a`.
