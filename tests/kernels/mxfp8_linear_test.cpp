@@ -97,6 +97,62 @@ TEST_F(Mxfp8Linear, WithinItsBoundOfTheCpu) {
   }
 }
 
+// A group of weights of one input (a layer's q, k, v, index_q, index_k) in one launch gives each
+// part the bits of its launch alone, whose bound the test above checks: each part's k is split
+// as alone. Through the launcher and through CudaBackend::linears (which routes such a group to
+// it); outputs poisoned with NaN before every run.
+TEST_F(Mxfp8Linear, GroupGivesEachPartTheBitsOfItsLaunchAlone) {
+  auto rng = testing::seeded_rng(97);
+  const std::vector<int64_t> widths = {1024, 128, 136, 8, 512};  // big, one tile, a partial CTA, one MMA tile
+  for (int64_t m : {5, 16, 17, 32}) {
+    for (int64_t k : {int64_t{128}, int64_t{1024}, int64_t{6144}}) {
+      SCOPED_TRACE(::testing::Message() << m << " rows, k " << k);
+      const auto x = testing::random_floats(m * k, testing::Distribution::kStudentT3, rng);
+      Buffer<float> gx(*gpu_, x);
+      std::vector<testing::Mxfp8Weight> weights;
+      std::vector<Buffer<uint8_t>> codes, scales;
+      for (int64_t n : widths) {
+        weights.push_back(testing::random_mxfp8(n, k, 110, 30, rng));
+        codes.emplace_back(*gpu_, weights.back().codes);
+        scales.emplace_back(*gpu_, weights.back().scales);
+      }
+      const auto nan_filled = [&](int64_t n) {
+        return Buffer<float>(*gpu_, std::vector<float>(m * n, std::numeric_limits<float>::quiet_NaN()));
+      };
+      std::vector<Buffer<float>> alone, launched, routed;
+      std::vector<cuda::detail::Mxfp8LinearArgs> args;
+      std::vector<LinearParams> params;
+      for (size_t i = 0; i < widths.size(); ++i) {
+        const int64_t n = widths[i];
+        alone.push_back(nan_filled(n));
+        launched.push_back(nan_filled(n));
+        routed.push_back(nan_filled(n));
+        gpu_->linear({.x = gx.data(), .y = alone.back().data(), .m = m, .n = n, .k = k, .w_e4m3 = codes[i].data(),
+                      .w_scales = scales[i].data()});
+        args.push_back({.x = gx.data(), .w_e4m3 = codes[i].data(), .w_scales = scales[i].data(),
+                        .y = launched.back().data(), .m = m, .n = n, .k = k});
+        params.push_back({.x = gx.data(), .y = routed.back().data(), .m = m, .n = n, .k = k,
+                          .w_e4m3 = codes[i].data(), .w_scales = scales[i].data()});
+      }
+      const int count = static_cast<int>(widths.size());
+      ASSERT_TRUE(cuda::detail::mxfp8_linear_group_fits(args.data(), count));
+      Buffer<uint8_t> workspace(*gpu_,
+                                static_cast<size_t>(cuda::detail::mxfp8_linear_group_workspace_bytes(args.data(), count)));
+      FP4_CUDA_CHECK(cuda::detail::launch_mxfp8_linear_group(args.data(), count, workspace.data(), gpu_->stream()));
+      gpu_->linears(params);
+      for (size_t i = 0; i < widths.size(); ++i) {
+        const auto want = alone[i].download(), got = launched[i].download(), got_routed = routed[i].download();
+        for (size_t j = 0; j < want.size(); ++j) {
+          ASSERT_FALSE(std::isnan(want[j])) << "part " << i << " output " << j << " was not written";
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[j]), std::bit_cast<uint32_t>(want[j])) << "part " << i << " output " << j;
+          ASSERT_EQ(std::bit_cast<uint32_t>(got_routed[j]), std::bit_cast<uint32_t>(want[j]))
+              << "part " << i << " output " << j << " through linears";
+        }
+      }
+    }
+  }
+}
+
 // A row holding an infinity gives non-finite outputs in that row only; the others are unaffected.
 TEST_F(Mxfp8Linear, NonFiniteRowsStayInTheirRow) {
   auto rng = testing::seeded_rng(96);
@@ -146,6 +202,21 @@ TEST_F(Mxfp8Linear, RefusesShapesItDoesNotTake) {
     EXPECT_FALSE(cuda::detail::mxfp8_linear_fits(a));
     EXPECT_EQ(cuda::detail::launch_mxfp8_linear(a, workspace.data(), gpu_->stream()), cudaErrorInvalidValue);
   }
+  // A group's parts must share x, m and k, and number 1 to kMxfp8LinearMaxParts.
+  const cuda::detail::Mxfp8LinearArgs pair[] = {fits, fits};
+  EXPECT_TRUE(cuda::detail::mxfp8_linear_group_fits(pair, 2));
+  const auto other_x = with([&](auto& a) { a.x = x.data() + 4; });
+  const auto other_m = with([](auto& a) { a.m = 16; });
+  const auto other_k = with([](auto& a) { a.k = 128; });
+  for (const auto& second : {other_x, other_m, other_k}) {
+    const cuda::detail::Mxfp8LinearArgs group[] = {fits, second};
+    EXPECT_FALSE(cuda::detail::mxfp8_linear_group_fits(group, 2));
+    EXPECT_EQ(cuda::detail::launch_mxfp8_linear_group(group, 2, workspace.data(), gpu_->stream()),
+              cudaErrorInvalidValue);
+  }
+  const std::vector<cuda::detail::Mxfp8LinearArgs> too_many(cuda::detail::kMxfp8LinearMaxParts + 1, fits);
+  EXPECT_FALSE(cuda::detail::mxfp8_linear_group_fits(too_many.data(), static_cast<int>(too_many.size())));
+  EXPECT_FALSE(cuda::detail::mxfp8_linear_group_fits(pair, 0));
 }
 
 }  // namespace

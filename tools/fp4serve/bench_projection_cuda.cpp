@@ -68,6 +68,58 @@ void check(const std::vector<float>& x, const std::vector<float>& w, const std::
   }
 }
 
+// An M3 attention layer's five projections of one input (q, k, v, index_q, index_k), as the
+// forward pass issues them (Backend::linears): on BF16-held weights (the skinny kernel's group
+// launch where it fits, else one product after another) and on MXFP8-held ones (the skinny
+// group, else the tensor-core kernel's group launch, else one by one). The MXFP8 group is checked
+// against the CPU at 16 rows.
+constexpr Projection kGroup[] = {{"q", 8192, 6144}, {"k", 512, 6144}, {"v", 512, 6144}, {"index_q", 512, 6144},
+                                 {"index_k", 128, 6144}};
+
+void bench_projection_group(cuda::CudaBackend& gpu, const std::string& device, double copy_gbps, int reps,
+                            std::mt19937_64& rng, std::vector<Row>& rows) {
+  const int64_t k = kGroup[0].k;
+  std::vector<Weight> weights;
+  std::vector<Buffer<uint16_t>> w16;
+  std::vector<Buffer<uint8_t>> w8, w8_scales;
+  int64_t features = 0;
+  for (const Projection& p : kGroup) {
+    weights.push_back(random_mxfp8_weight(p.n * p.k, rng));
+    w16.emplace_back(gpu, weights.back().bf16);
+    w8.emplace_back(gpu, weights.back().codes);
+    w8_scales.emplace_back(gpu, weights.back().scales);
+    features += p.n;
+  }
+  for (int64_t m : {1, 4, 8, 16, 32, 64}) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(m * k));
+    for (float& f : x) f = normal(rng);
+    const Buffer<float> dx(gpu, x);
+    std::vector<Buffer<float>> dy;
+    std::vector<LinearParams> bf16, mx;
+    for (size_t i = 0; i < std::size(kGroup); ++i) {
+      dy.emplace_back(gpu, static_cast<size_t>(m * kGroup[i].n));
+      bf16.push_back({.x = dx.data(), .y = dy.back().data(), .m = m, .n = kGroup[i].n, .k = k, .w_bf16 = w16[i].data()});
+      mx.push_back({.x = dx.data(), .y = dy.back().data(), .m = m, .n = kGroup[i].n, .k = k, .w_e4m3 = w8[i].data(),
+                    .w_scales = w8_scales[i].data()});
+    }
+    const bool fresh = m == 16;
+    if (fresh) {
+      gpu.linears(mx);
+      for (size_t i = 0; i < std::size(kGroup); ++i)
+        check(x, weights[i].values, dy[i].download(), m, kGroup[i].n, k, "MXFP8-weight group");
+    }
+    const std::string shape = fmt::format("m{} [{}, {}] q,k,v,index_q,index_k", m, features, k);
+    const double io = double(m) * k * 4 + double(m) * features * 4;
+    const double ms16 = cuda::median_ms([&](cudaStream_t) { gpu.linears(bf16); }, 3, reps, gpu.stream());
+    rows.push_back({device, "linears bf16 weights (as the layer runs them)", shape, double(features) * k * 2 + io, ms16,
+                    copy_gbps, fresh});
+    const double ms8 = cuda::median_ms([&](cudaStream_t) { gpu.linears(mx); }, 3, reps, gpu.stream());
+    rows.push_back({device, "linears mxfp8 weights (as the layer runs them)", shape,
+                    double(features) * k * (1 + 1.0 / kMxfp8BlockElems) + io, ms8, copy_gbps, fresh});
+  }
+}
+
 }  // namespace
 
 std::vector<Row> bench_projections(const std::string& device, double copy_gbps, int reps) {
@@ -149,6 +201,7 @@ std::vector<Row> bench_projections(const std::string& device, double copy_gbps, 
       checked = true;
     }
   }
+  bench_projection_group(gpu, device, copy_gbps, reps, rng, rows);
   return rows;
 }
 

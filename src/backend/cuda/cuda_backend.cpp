@@ -237,6 +237,24 @@ void CudaBackend::linears(std::span<const LinearParams> parts) {
       return;
     }
   }
+  // MXFP8-held weights of one input past the skinny kernel's rows: x split once, one product
+  // launch for every part (mxfp8_linear.h).
+  if (bf16_linear_ == Bf16Linear::kAuto && count >= 2 && count <= detail::kMxfp8LinearMaxParts) {
+    std::array<detail::Mxfp8LinearArgs, detail::kMxfp8LinearMaxParts> mma{};
+    bool grouped = true;
+    for (int i = 0; i < count && grouped; ++i) {
+      const LinearParams& p = parts[i];
+      grouped = p.w == nullptr && p.w_bf16 == nullptr && p.w_e4m3 != nullptr && p.w_scales != nullptr &&
+                !detail::skinny_linear_fits(skinny_args(p));
+      mma[i] = {.x = p.x, .w_e4m3 = p.w_e4m3, .w_scales = p.w_scales, .y = p.y, .m = p.m, .n = p.n, .k = p.k};
+    }
+    if (grouped && detail::mxfp8_linear_group_fits(mma.data(), count)) {
+      Buffer<uint8_t> workspace(*this,
+                                static_cast<size_t>(detail::mxfp8_linear_group_workspace_bytes(mma.data(), count)));
+      FP4_CUDA_CHECK(detail::launch_mxfp8_linear_group(mma.data(), count, workspace.data(), stream_));
+      return;
+    }
+  }
   Backend::linears(parts);
 }
 

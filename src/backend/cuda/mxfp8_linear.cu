@@ -1,7 +1,10 @@
 // See mxfp8_linear.h. Three kernels:
 // - split_rows_kernel, one CTA per row of x (padded to whole 16-row tiles with zero rows): the
 //   row's scale and its FP16 pieces, [pieces][rows][k], and the factor 2^-s.
-// - mxfp8_linear_kernel<kTiles>, grid (ceil(n / 128), splits), 4 warps: warp w owns 32 output
+// - mxfp8_linear_kernel<kTiles>, one CTA per (part, 128-feature tile, split of k), 4 warps (the
+//   parts of a group are weights of the same x, their CTAs side by side along the grid, each
+//   part's tiles and splits as its launch alone would have them, so that x is split once and
+//   one launch streams them all); warp w owns 32 output
 //   features (four 8-column MMA tiles, B) of the CTA's 128 and every row of x (kTiles <= 2
 //   16-row A tiles), over the split's groups of 128 values of k (four MXFP8 blocks). In an MMA of block
 //   b, lane (g, t) supplies k = 8t + 4j + {0..3} for step j in {0, 1}: its B fragment is the 8
@@ -12,7 +15,7 @@
 //   (cp.async, two groups ahead: 8 KB of weight in flight a warp), synchronized within the warp
 //   only. x comes through L1 and L2, shared by the CTA's warps, each block's fragments loaded
 //   while the block before is multiplied.
-// - sum_splits_kernel: y = the splits' partial sums added in split order.
+// - sum_splits_kernel: each part's y = its splits' partial sums added in split order.
 #include "backend/cuda/mxfp8_linear.h"
 
 #include <cuda_fp16.h>
@@ -33,29 +36,62 @@ constexpr int kCtaFeatures = kWarps * kNTiles * 8;
 constexpr int kGroup = 128;  // values of k a step: four MXFP8 blocks
 constexpr int kSplitThreads = 256;
 
+// A part's share of the product: its feature tiles times its splits of k, CTAs [first_cta,
+// first_cta + tiles x splits), and its partial sums [splits][m][n] from partial_offset floats.
+struct PartPlan {
+  int64_t tiles = 1, per_split = 1, splits = 1, first_cta = 0, partial_offset = 0;
+};
+
 struct Plan {
   int tiles = 1;  // 16-row tiles of x (1 or 2)
-  int64_t rows = 16, feature_tiles = 1, groups = 1, per_split = 1, splits = 1;
+  int64_t rows = 16, groups = 1, ctas = 0;
+  PartPlan parts[kMxfp8LinearMaxParts];
   int64_t pieces_bytes = 0, factors_bytes = 0, partial_bytes = 0;
 };
 
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
-Plan make_plan(const Mxfp8LinearArgs& a, int sms) {
+// The parts share x, m and k (mxfp8_linear_group_fits). Each part's split of k depends on its
+// own shape only, so that its sums are those of its launch alone.
+Plan make_plan(const Mxfp8LinearArgs* parts, int count, int sms) {
+  const Mxfp8LinearArgs& a = parts[0];
   Plan p;
   p.tiles = static_cast<int>((a.m + 15) / 16);
   p.rows = 16 * p.tiles;
-  p.feature_tiles = (a.n + kCtaFeatures - 1) / kCtaFeatures;
   p.groups = a.k / kGroup;
-  // About four CTAs an SM: enough warps to keep the weight streaming, and k split no finer.
-  const int64_t wanted = std::clamp<int64_t>((4 * int64_t{sms} + p.feature_tiles - 1) / p.feature_tiles, 1, p.groups);
-  p.per_split = (p.groups + wanted - 1) / wanted;
-  p.splits = (p.groups + p.per_split - 1) / p.per_split;
+  int64_t partial_floats = 0;
+  for (int i = 0; i < count; ++i) {
+    PartPlan& part = p.parts[i];
+    part.tiles = (parts[i].n + kCtaFeatures - 1) / kCtaFeatures;
+    // About four CTAs an SM: enough warps to keep the weight streaming, and k split no finer.
+    const int64_t wanted = std::clamp<int64_t>((4 * int64_t{sms} + part.tiles - 1) / part.tiles, 1, p.groups);
+    part.per_split = (p.groups + wanted - 1) / wanted;
+    part.splits = (p.groups + part.per_split - 1) / part.per_split;
+    part.first_cta = p.ctas;
+    p.ctas += part.tiles * part.splits;
+    part.partial_offset = partial_floats;
+    if (part.splits > 1) partial_floats += part.splits * a.m * parts[i].n;
+  }
   p.pieces_bytes = round_up(kMxfp8LinearPieces * p.rows * a.k * 2, 256);
   p.factors_bytes = round_up(p.rows * 4, 256);
-  p.partial_bytes = p.splits > 1 ? round_up(p.splits * a.m * a.n * 4, 256) : 0;
+  p.partial_bytes = round_up(partial_floats * 4, 256);
   return p;
 }
+
+// What the product and sum kernels take of a group, by value: part i's weight, its output (its
+// splits' partial sums, [splits][m][n_i], or y itself when k is not split), its y, and its plan.
+struct GroupArgs {
+  const uint8_t* w_e4m3[kMxfp8LinearMaxParts] = {};
+  const uint8_t* w_scales[kMxfp8LinearMaxParts] = {};
+  float* out[kMxfp8LinearMaxParts] = {};
+  float* y[kMxfp8LinearMaxParts] = {};
+  int64_t n[kMxfp8LinearMaxParts] = {};
+  int64_t tiles[kMxfp8LinearMaxParts] = {}, per_split[kMxfp8LinearMaxParts] = {}, splits[kMxfp8LinearMaxParts] = {};
+  int64_t first_cta[kMxfp8LinearMaxParts + 1] = {};
+  int64_t first_sum[kMxfp8LinearMaxParts + 1] = {};  // the sum kernel's outputs: m x n_i of each split part
+  int count = 0;
+  int64_t m = 0, k = 0;
+};
 
 int multiprocessors() {
   int device = 0, sms = 0;
@@ -210,14 +246,30 @@ template <int kTiles> constexpr int kCtasPerSm = kTiles == 1 ? 4 : 3;
 
 template <int kTiles>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>)
-    mxfp8_linear_kernel(const Mxfp8LinearArgs a, const __half* pieces, const float* factors, float* out,
-                        int64_t rows, int64_t per_split, int64_t split_stride) {
+    mxfp8_linear_kernel(const GroupArgs group, const __half* pieces, const float* factors, int64_t rows) {
   extern __shared__ __align__(16) uint8_t smem[];
-  out += int64_t{blockIdx.y} * split_stride;  // this split's partial sums (y itself when k is whole)
+  // The CTA's part, tile and split, read from shared memory where they are used rather than
+  // held in registers through the loop (which spilled at two row tiles). y is this split's
+  // output: its partial sums, or the part's y when k is whole.
+  __shared__ Mxfp8LinearArgs part_args;
+  __shared__ int64_t cta_feature0, cta_g0, cta_g1;
+  if (threadIdx.x == 0) {
+    int part = 0;
+    while (part + 1 < group.count && blockIdx.x >= group.first_cta[part + 1]) ++part;
+    const int64_t local = blockIdx.x - group.first_cta[part], tiles = group.tiles[part];
+    const int64_t split = local / tiles, per_split = group.per_split[part];
+    part_args = {.w_e4m3 = group.w_e4m3[part], .w_scales = group.w_scales[part],
+                 .y = group.out[part] + (group.splits[part] > 1 ? split * group.m * group.n[part] : 0),
+                 .m = group.m, .n = group.n[part], .k = group.k};
+    cta_feature0 = (local - split * tiles) * kCtaFeatures;
+    cta_g0 = split * per_split;
+    cta_g1 = min(cta_g0 + per_split, group.k / kGroup);
+  }
+  __syncthreads();
+  const Mxfp8LinearArgs& a = part_args;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grp = lane / 4, tig = lane % 4;
-  const int64_t feature0 = int64_t{blockIdx.x} * kCtaFeatures + warp * kNTiles * 8;
-  const int64_t g0 = int64_t{blockIdx.y} * per_split;
-  const int64_t g1 = min(g0 + per_split, a.k / kGroup);
+  const int64_t feature0 = cta_feature0 + warp * kNTiles * 8;
+  const int64_t g0 = cta_g0, g1 = cta_g1;
   float acc[kTiles][kNTiles][4] = {};
   if (feature0 < a.n) {  // warp-uniform
     uint8_t* ring = smem + warp * kSlots * kSlotBytes;
@@ -245,7 +297,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>)
       x = next;
     }
   }
-  // Rows t = 16 mt + g and + 8, features 2t' and 2t' + 1 of each tile.
+  // This split's partial sums (y itself when k is whole): rows t = 16 mt + g and + 8, features
+  // 2t' and 2t' + 1 of each tile.
+  float* const out = a.y;
 #pragma unroll
   for (int mt = 0; mt < kTiles; ++mt) {
 #pragma unroll
@@ -264,24 +318,27 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>)
   }
 }
 
-__global__ void __launch_bounds__(kSplitThreads) sum_splits_kernel(const float* partial, int64_t count,
-                                                                   int64_t splits, float* y) {
+// Over the parts whose k is split, each a [splits][m][n] array of partial sums.
+__global__ void __launch_bounds__(kSplitThreads) sum_splits_kernel(const GroupArgs group) {
   const int64_t i = int64_t{blockIdx.x} * kSplitThreads + threadIdx.x;
-  if (i >= count) return;
-  float sum = partial[i];
-  for (int64_t s = 1; s < splits; ++s) sum += partial[s * count + i];
-  y[i] = sum;
+  if (i >= group.first_sum[group.count]) return;
+  int part = 0;
+  while (part + 1 < group.count && i >= group.first_sum[part + 1]) ++part;
+  const int64_t count = group.m * group.n[part], j = i - group.first_sum[part];
+  const float* partial = group.out[part];
+  float sum = partial[j];
+  for (int64_t s = 1; s < group.splits[part]; ++s) sum += partial[s * count + j];
+  group.y[part][j] = sum;
 }
 
 template <int kTiles>
-cudaError_t launch_product(const Mxfp8LinearArgs& a, const Plan& p, const __half* pieces, const float* factors,
-                           float* out, cudaStream_t stream) {
+cudaError_t launch_product(const GroupArgs& group, const Plan& p, const __half* pieces, const float* factors,
+                           cudaStream_t stream) {
   static const cudaError_t opt_in =
       cudaFuncSetAttribute(mxfp8_linear_kernel<kTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (opt_in != cudaSuccess) return opt_in;
-  const dim3 grid(static_cast<unsigned>(p.feature_tiles), static_cast<unsigned>(p.splits));
-  mxfp8_linear_kernel<kTiles><<<grid, kThreads, kSmemBytes, stream>>>(a, pieces, factors, out, p.rows, p.per_split,
-                                                                       p.splits > 1 ? a.m * a.n : 0);
+  mxfp8_linear_kernel<kTiles><<<static_cast<unsigned>(p.ctas), kThreads, kSmemBytes, stream>>>(group, pieces, factors,
+                                                                                              p.rows);
   return cudaGetLastError();
 }
 
@@ -295,31 +352,67 @@ bool mxfp8_linear_fits(const Mxfp8LinearArgs& a) {
          aligned(a.w_e4m3, 16) && aligned(a.w_scales, 4) && aligned(a.y, 8);
 }
 
-int64_t mxfp8_linear_workspace_bytes(const Mxfp8LinearArgs& a) {
-  const Plan p = make_plan(a, multiprocessors());
+bool mxfp8_linear_group_fits(const Mxfp8LinearArgs* parts, int count) {
+  if (parts == nullptr || count < 1 || count > kMxfp8LinearMaxParts) return false;
+  for (int i = 0; i < count; ++i) {
+    const Mxfp8LinearArgs& a = parts[i];
+    if (!mxfp8_linear_fits(a) || a.x != parts[0].x || a.m != parts[0].m || a.k != parts[0].k) return false;
+  }
+  // One CTA per (part, tile, split): the grid's x limit.
+  return make_plan(parts, count, multiprocessors()).ctas <= 0x7FFFFFFF;
+}
+
+int64_t mxfp8_linear_group_workspace_bytes(const Mxfp8LinearArgs* parts, int count) {
+  const Plan p = make_plan(parts, count, multiprocessors());
   return p.pieces_bytes + p.factors_bytes + p.partial_bytes;
 }
 
-cudaError_t launch_mxfp8_linear(const Mxfp8LinearArgs& a, void* workspace, cudaStream_t stream) {
-  if (!mxfp8_linear_fits(a) || workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 16 != 0) {
+cudaError_t launch_mxfp8_linear_group(const Mxfp8LinearArgs* parts, int count, void* workspace,
+                                      cudaStream_t stream) {
+  if (!mxfp8_linear_group_fits(parts, count) || workspace == nullptr ||
+      reinterpret_cast<uintptr_t>(workspace) % 16 != 0) {
     return cudaErrorInvalidValue;
   }
-  const Plan p = make_plan(a, multiprocessors());
+  const Mxfp8LinearArgs& a = parts[0];
+  const Plan p = make_plan(parts, count, multiprocessors());
   auto* bytes = static_cast<uint8_t*>(workspace);
   auto* pieces = reinterpret_cast<__half*>(bytes);
   auto* factors = reinterpret_cast<float*>(bytes + p.pieces_bytes);
-  float* partial = p.splits > 1 ? reinterpret_cast<float*>(bytes + p.pieces_bytes + p.factors_bytes) : a.y;
+  float* partial = reinterpret_cast<float*>(bytes + p.pieces_bytes + p.factors_bytes);
+  GroupArgs group;
+  group.count = count;
+  group.m = a.m;
+  group.k = a.k;
+  for (int i = 0; i < count; ++i) {
+    const PartPlan& part = p.parts[i];
+    group.w_e4m3[i] = parts[i].w_e4m3;
+    group.w_scales[i] = parts[i].w_scales;
+    group.y[i] = parts[i].y;
+    group.n[i] = parts[i].n;
+    group.tiles[i] = part.tiles;
+    group.per_split[i] = part.per_split;
+    group.splits[i] = part.splits;
+    group.first_cta[i + 1] = part.first_cta + part.tiles * part.splits;
+    group.out[i] = part.splits > 1 ? partial + part.partial_offset : parts[i].y;
+    group.first_sum[i + 1] = group.first_sum[i] + (part.splits > 1 ? a.m * parts[i].n : 0);
+  }
   split_rows_kernel<<<static_cast<unsigned>(p.rows), kSplitThreads, 0, stream>>>(a.x, a.m, a.k, p.rows, pieces,
                                                                                   factors);
-  const cudaError_t e = p.tiles == 1 ? launch_product<1>(a, p, pieces, factors, partial, stream)
-                                     : launch_product<2>(a, p, pieces, factors, partial, stream);
+  const cudaError_t e = p.tiles == 1 ? launch_product<1>(group, p, pieces, factors, stream)
+                                     : launch_product<2>(group, p, pieces, factors, stream);
   if (e != cudaSuccess) return e;
-  if (p.splits > 1) {
-    const int64_t count = a.m * a.n;
-    sum_splits_kernel<<<static_cast<unsigned>((count + kSplitThreads - 1) / kSplitThreads), kSplitThreads, 0,
-                        stream>>>(partial, count, p.splits, a.y);
+  if (group.first_sum[count] > 0) {
+    const int64_t sums = group.first_sum[count];
+    sum_splits_kernel<<<static_cast<unsigned>((sums + kSplitThreads - 1) / kSplitThreads), kSplitThreads, 0,
+                        stream>>>(group);
   }
   return cudaGetLastError();
+}
+
+int64_t mxfp8_linear_workspace_bytes(const Mxfp8LinearArgs& a) { return mxfp8_linear_group_workspace_bytes(&a, 1); }
+
+cudaError_t launch_mxfp8_linear(const Mxfp8LinearArgs& a, void* workspace, cudaStream_t stream) {
+  return launch_mxfp8_linear_group(&a, 1, workspace, stream);
 }
 
 }  // namespace fp4::cuda::detail

@@ -28,6 +28,8 @@ namespace fp4::cuda::detail {
 constexpr int64_t kMxfp8LinearMaxRows = 32;
 // FP16 pieces of x: x 2^s = sum of the pieces + r, |r| <= 2^-(11 pieces) |x 2^s| + 2^-25.
 constexpr int kMxfp8LinearPieces = 2;
+// Weights of one input a group launch takes (a layer's q, k, v, index_q and index_k).
+constexpr int kMxfp8LinearMaxParts = 6;
 
 struct Mxfp8LinearArgs {
   const float* x = nullptr;           // [m, k], 16-byte aligned
@@ -47,5 +49,14 @@ int64_t mxfp8_linear_workspace_bytes(const Mxfp8LinearArgs& a);
 // `workspace` holds mxfp8_linear_workspace_bytes(a) bytes, 16-byte aligned. Three launches
 // (split, product, sum of the splits; the last only when k is split).
 cudaError_t launch_mxfp8_linear(const Mxfp8LinearArgs& a, void* workspace, cudaStream_t stream);
+
+// The same for 1 to kMxfp8LinearMaxParts weights of one input (the same x, m and k, each part
+// fitting as above): x is split once, and one product launch and one sum launch serve every
+// part. Each part's k is split as its launch alone splits it, so its y is that launch's, bit for
+// bit (Backend::linears' promise).
+bool mxfp8_linear_group_fits(const Mxfp8LinearArgs* parts, int count);
+int64_t mxfp8_linear_group_workspace_bytes(const Mxfp8LinearArgs* parts, int count);
+cudaError_t launch_mxfp8_linear_group(const Mxfp8LinearArgs* parts, int count, void* workspace,
+                                      cudaStream_t stream);
 
 }  // namespace fp4::cuda::detail
