@@ -104,7 +104,9 @@ TEST_F(Mxfp8Linear, WithinItsBoundOfTheCpu) {
 TEST_F(Mxfp8Linear, GroupGivesEachPartTheBitsOfItsLaunchAlone) {
   auto rng = testing::seeded_rng(97);
   const std::vector<int64_t> widths = {1024, 128, 136, 8, 512};  // big, one tile, a partial CTA, one MMA tile
-  for (int64_t m : {5, 16, 17, 32}) {
+  // Past 8 rows: at 5 to 8 the skinny kernel takes narrow weights alone (skinny_linear.h), so a
+  // part's launch alone would not be this kernel's.
+  for (int64_t m : {9, 16, 17, 32}) {
     for (int64_t k : {int64_t{128}, int64_t{1024}, int64_t{6144}}) {
       SCOPED_TRACE(::testing::Message() << m << " rows, k " << k);
       const auto x = testing::random_floats(m * k, testing::Distribution::kStudentT3, rng);
