@@ -155,6 +155,52 @@ TEST_F(Mxfp8Linear, GroupGivesEachPartTheBitsOfItsLaunchAlone) {
   }
 }
 
+// The group launch's division of the work (a host function, so this runs without a GPU too): each
+// part is split as its launch alone (which is what keeps its bits), the parts' CTAs follow one
+// another, every split holds at least one group of k and together they hold each once, and the
+// split parts' partial sums lie in disjoint ranges of the scratch.
+TEST(Mxfp8LinearPlan, EachPartIsSplitAsAloneAndTheCtasAndScratchTile) {
+  auto rng = testing::seeded_rng(98);
+  std::uniform_int_distribution<int64_t> width(1, 2048), rows(1, cuda::detail::kMxfp8LinearMaxRows);
+  std::uniform_int_distribution<int> parts_of(1, cuda::detail::kMxfp8LinearMaxParts);
+  for (int sms : {1, 78, 114, 132}) {
+    for (int64_t k : {int64_t{128}, int64_t{1024}, int64_t{6144}, int64_t{8192}}) {
+      for (int trial = 0; trial < 50; ++trial) {
+        const int64_t m = rows(rng);
+        std::vector<cuda::detail::Mxfp8LinearArgs> parts(parts_of(rng));
+        for (auto& part : parts) part = {.m = m, .n = 8 * width(rng), .k = k};
+        const int count = static_cast<int>(parts.size());
+        const auto plan = cuda::detail::mxfp8_linear_group_plan(parts.data(), count, sms);
+        SCOPED_TRACE(::testing::Message() << sms << " SMs, m " << m << ", k " << k << ", " << count << " parts");
+        ASSERT_EQ(plan.rows, 16 * ((m + 15) / 16));
+        ASSERT_EQ(plan.groups, k / 128);
+        int64_t next_cta = 0, next_float = 0;
+        for (int i = 0; i < count; ++i) {
+          const auto& part = plan.parts[i];
+          const auto alone = cuda::detail::mxfp8_linear_group_plan(&parts[i], 1, sms).parts[0];
+          EXPECT_EQ(part.tiles, alone.tiles) << "part " << i;
+          EXPECT_EQ(part.per_split, alone.per_split) << "part " << i;
+          EXPECT_EQ(part.splits, alone.splits) << "part " << i;
+          EXPECT_EQ(part.tiles, (parts[i].n + 127) / 128) << "part " << i;
+          EXPECT_GE(part.splits * part.per_split, plan.groups) << "part " << i;
+          EXPECT_LT((part.splits - 1) * part.per_split, plan.groups) << "part " << i << ": an empty split";
+          EXPECT_EQ(part.first_cta, next_cta) << "part " << i;
+          next_cta += part.tiles * part.splits;
+          if (part.splits > 1) {
+            EXPECT_EQ(part.partial_offset, next_float) << "part " << i;
+            next_float += part.splits * m * parts[i].n;
+          }
+        }
+        EXPECT_EQ(plan.ctas, next_cta);
+        EXPECT_GE(plan.partial_bytes, 4 * next_float);
+        EXPECT_GE(plan.pieces_bytes, cuda::detail::kMxfp8LinearPieces * plan.rows * k * 2);
+        EXPECT_GE(plan.factors_bytes, 4 * plan.rows);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
 // A row holding an infinity gives non-finite outputs in that row only; the others are unaffected.
 TEST_F(Mxfp8Linear, NonFiniteRowsStayInTheirRow) {
   auto rng = testing::seeded_rng(96);

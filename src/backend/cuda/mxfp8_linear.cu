@@ -36,32 +36,19 @@ constexpr int kCtaFeatures = kWarps * kNTiles * 8;
 constexpr int kGroup = 128;  // values of k a step: four MXFP8 blocks
 constexpr int kSplitThreads = 256;
 
-// A part's share of the product: its feature tiles times its splits of k, CTAs [first_cta,
-// first_cta + tiles x splits), and its partial sums [splits][m][n] from partial_offset floats.
-struct PartPlan {
-  int64_t tiles = 1, per_split = 1, splits = 1, first_cta = 0, partial_offset = 0;
-};
-
-struct Plan {
-  int tiles = 1;  // 16-row tiles of x (1 or 2)
-  int64_t rows = 16, groups = 1, ctas = 0;
-  PartPlan parts[kMxfp8LinearMaxParts];
-  int64_t pieces_bytes = 0, factors_bytes = 0, partial_bytes = 0;
-};
-
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
-// The parts share x, m and k (mxfp8_linear_group_fits). Each part's split of k depends on its
-// own shape only, so that its sums are those of its launch alone.
-Plan make_plan(const Mxfp8LinearArgs* parts, int count, int sms) {
+}  // namespace
+
+Mxfp8GroupPlan mxfp8_linear_group_plan(const Mxfp8LinearArgs* parts, int count, int sms) {
   const Mxfp8LinearArgs& a = parts[0];
-  Plan p;
+  Mxfp8GroupPlan p;
   p.tiles = static_cast<int>((a.m + 15) / 16);
   p.rows = 16 * p.tiles;
   p.groups = a.k / kGroup;
   int64_t partial_floats = 0;
   for (int i = 0; i < count; ++i) {
-    PartPlan& part = p.parts[i];
+    Mxfp8PartPlan& part = p.parts[i];
     part.tiles = (parts[i].n + kCtaFeatures - 1) / kCtaFeatures;
     // About four CTAs an SM: enough warps to keep the weight streaming, and k split no finer.
     const int64_t wanted = std::clamp<int64_t>((4 * int64_t{sms} + part.tiles - 1) / part.tiles, 1, p.groups);
@@ -77,6 +64,8 @@ Plan make_plan(const Mxfp8LinearArgs* parts, int count, int sms) {
   p.partial_bytes = round_up(partial_floats * 4, 256);
   return p;
 }
+
+namespace {
 
 // What the product and sum kernels take of a group, by value: part i's weight, its output (its
 // splits' partial sums, [splits][m][n_i], or y itself when k is not split), its y, and its plan.
@@ -332,7 +321,7 @@ __global__ void __launch_bounds__(kSplitThreads) sum_splits_kernel(const GroupAr
 }
 
 template <int kTiles>
-cudaError_t launch_product(const GroupArgs& group, const Plan& p, const __half* pieces, const float* factors,
+cudaError_t launch_product(const GroupArgs& group, const Mxfp8GroupPlan& p, const __half* pieces, const float* factors,
                            cudaStream_t stream) {
   static const cudaError_t opt_in =
       cudaFuncSetAttribute(mxfp8_linear_kernel<kTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
@@ -359,11 +348,11 @@ bool mxfp8_linear_group_fits(const Mxfp8LinearArgs* parts, int count) {
     if (!mxfp8_linear_fits(a) || a.x != parts[0].x || a.m != parts[0].m || a.k != parts[0].k) return false;
   }
   // One CTA per (part, tile, split): the grid's x limit.
-  return make_plan(parts, count, multiprocessors()).ctas <= 0x7FFFFFFF;
+  return mxfp8_linear_group_plan(parts, count, multiprocessors()).ctas <= 0x7FFFFFFF;
 }
 
 int64_t mxfp8_linear_group_workspace_bytes(const Mxfp8LinearArgs* parts, int count) {
-  const Plan p = make_plan(parts, count, multiprocessors());
+  const Mxfp8GroupPlan p = mxfp8_linear_group_plan(parts, count, multiprocessors());
   return p.pieces_bytes + p.factors_bytes + p.partial_bytes;
 }
 
@@ -374,7 +363,7 @@ cudaError_t launch_mxfp8_linear_group(const Mxfp8LinearArgs* parts, int count, v
     return cudaErrorInvalidValue;
   }
   const Mxfp8LinearArgs& a = parts[0];
-  const Plan p = make_plan(parts, count, multiprocessors());
+  const Mxfp8GroupPlan p = mxfp8_linear_group_plan(parts, count, multiprocessors());
   auto* bytes = static_cast<uint8_t*>(workspace);
   auto* pieces = reinterpret_cast<__half*>(bytes);
   auto* factors = reinterpret_cast<float*>(bytes + p.pieces_bytes);
@@ -384,7 +373,7 @@ cudaError_t launch_mxfp8_linear_group(const Mxfp8LinearArgs* parts, int count, v
   group.m = a.m;
   group.k = a.k;
   for (int i = 0; i < count; ++i) {
-    const PartPlan& part = p.parts[i];
+    const Mxfp8PartPlan& part = p.parts[i];
     group.w_e4m3[i] = parts[i].w_e4m3;
     group.w_scales[i] = parts[i].w_scales;
     group.y[i] = parts[i].y;

@@ -55,6 +55,23 @@ cudaError_t launch_mxfp8_linear(const Mxfp8LinearArgs& a, void* workspace, cudaS
 // part. Each part's k is split as its launch alone splits it, so its y is that launch's, bit for
 // bit (Backend::linears' promise).
 bool mxfp8_linear_group_fits(const Mxfp8LinearArgs* parts, int count);
+
+// How a group launch divides the work on `sms` SMs (a host function; the tests check it). Part
+// i takes CTAs [first_cta, first_cta + tiles x splits), one per (128-feature tile, split of k
+// into groups of per_split x 128 values), and when split its partial sums [splits][m][n] lie
+// partial_offset floats into the partial-sum scratch. A part's entry depends on its own n and
+// the shared m and k only: what its launch alone would do.
+struct Mxfp8PartPlan {
+  int64_t tiles = 1, per_split = 1, splits = 1, first_cta = 0, partial_offset = 0;
+};
+struct Mxfp8GroupPlan {
+  int tiles = 1;  // 16-row tiles of x (1 or 2)
+  int64_t rows = 16, groups = 1, ctas = 0;
+  Mxfp8PartPlan parts[kMxfp8LinearMaxParts];
+  int64_t pieces_bytes = 0, factors_bytes = 0, partial_bytes = 0;  // the workspace, in this order
+};
+// `parts` as mxfp8_linear_group_fits takes them (the pointers are not read).
+Mxfp8GroupPlan mxfp8_linear_group_plan(const Mxfp8LinearArgs* parts, int count, int sms);
 int64_t mxfp8_linear_group_workspace_bytes(const Mxfp8LinearArgs* parts, int count);
 cudaError_t launch_mxfp8_linear_group(const Mxfp8LinearArgs* parts, int count, void* workspace,
                                       cudaStream_t stream);
