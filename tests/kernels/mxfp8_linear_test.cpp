@@ -138,15 +138,16 @@ TEST_F(Mxfp8Linear, GroupGivesEachPartTheBitsOfItsLaunchAlone) {
       }
       const int count = static_cast<int>(widths.size());
       ASSERT_TRUE(cuda::detail::mxfp8_linear_group_fits(args.data(), count));
-      Buffer<uint8_t> workspace(*gpu_,
-                                static_cast<size_t>(cuda::detail::mxfp8_linear_group_workspace_bytes(args.data(), count)));
+      const int64_t workspace_bytes = cuda::detail::mxfp8_linear_group_workspace_bytes(args.data(), count);
+      Buffer<uint8_t> workspace(*gpu_, static_cast<size_t>(workspace_bytes));
       FP4_CUDA_CHECK(cuda::detail::launch_mxfp8_linear_group(args.data(), count, workspace.data(), gpu_->stream()));
       gpu_->linears(params);
       for (size_t i = 0; i < widths.size(); ++i) {
         const auto want = alone[i].download(), got = launched[i].download(), got_routed = routed[i].download();
         for (size_t j = 0; j < want.size(); ++j) {
           ASSERT_FALSE(std::isnan(want[j])) << "part " << i << " output " << j << " was not written";
-          ASSERT_EQ(std::bit_cast<uint32_t>(got[j]), std::bit_cast<uint32_t>(want[j])) << "part " << i << " output " << j;
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[j]), std::bit_cast<uint32_t>(want[j]))
+              << "part " << i << " output " << j;
           ASSERT_EQ(std::bit_cast<uint32_t>(got_routed[j]), std::bit_cast<uint32_t>(want[j]))
               << "part " << i << " output " << j << " through linears";
         }

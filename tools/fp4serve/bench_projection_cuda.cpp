@@ -99,7 +99,8 @@ void bench_projection_group(cuda::CudaBackend& gpu, const std::string& device, d
     std::vector<LinearParams> bf16, mx;
     for (size_t i = 0; i < std::size(kGroup); ++i) {
       dy.emplace_back(gpu, static_cast<size_t>(m * kGroup[i].n));
-      bf16.push_back({.x = dx.data(), .y = dy.back().data(), .m = m, .n = kGroup[i].n, .k = k, .w_bf16 = w16[i].data()});
+      bf16.push_back(
+          {.x = dx.data(), .y = dy.back().data(), .m = m, .n = kGroup[i].n, .k = k, .w_bf16 = w16[i].data()});
       mx.push_back({.x = dx.data(), .y = dy.back().data(), .m = m, .n = kGroup[i].n, .k = k, .w_e4m3 = w8[i].data(),
                     .w_scales = w8_scales[i].data()});
     }

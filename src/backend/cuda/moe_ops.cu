@@ -189,7 +189,8 @@ cudaError_t launch_moe_gather(const MoeGatherParams& p, cudaStream_t stream) {
 }
 
 cudaError_t launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.hidden + kCombineColumns - 1) / kCombineColumns));
+  const dim3 grid(static_cast<unsigned>(p.tokens),
+                  static_cast<unsigned>((p.hidden + kCombineColumns - 1) / kCombineColumns));
   combine_kernel<<<grid, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
