@@ -341,14 +341,25 @@ bool mxfp8_linear_fits(const Mxfp8LinearArgs& a) {
          aligned(a.w_e4m3, 16) && aligned(a.w_scales, 4) && aligned(a.y, 8);
 }
 
-bool mxfp8_linear_group_fits(const Mxfp8LinearArgs* parts, int count) {
+namespace {
+
+// Every part fits alone and they share x, m and k.
+bool parts_fit(const Mxfp8LinearArgs* parts, int count) {
   if (parts == nullptr || count < 1 || count > kMxfp8LinearMaxParts) return false;
   for (int i = 0; i < count; ++i) {
     const Mxfp8LinearArgs& a = parts[i];
     if (!mxfp8_linear_fits(a) || a.x != parts[0].x || a.m != parts[0].m || a.k != parts[0].k) return false;
   }
-  // One CTA per (part, tile, split): the grid's x limit.
-  return mxfp8_linear_group_plan(parts, count, multiprocessors()).ctas <= 0x7FFFFFFF;
+  return true;
+}
+
+// One CTA per (part, tile, split): the grid's x limit.
+bool grid_fits(const Mxfp8GroupPlan& p) { return p.ctas <= 0x7FFFFFFF; }
+
+}  // namespace
+
+bool mxfp8_linear_group_fits(const Mxfp8LinearArgs* parts, int count) {
+  return parts_fit(parts, count) && grid_fits(mxfp8_linear_group_plan(parts, count, multiprocessors()));
 }
 
 int64_t mxfp8_linear_group_workspace_bytes(const Mxfp8LinearArgs* parts, int count) {
@@ -358,12 +369,12 @@ int64_t mxfp8_linear_group_workspace_bytes(const Mxfp8LinearArgs* parts, int cou
 
 cudaError_t launch_mxfp8_linear_group(const Mxfp8LinearArgs* parts, int count, void* workspace,
                                       cudaStream_t stream) {
-  if (!mxfp8_linear_group_fits(parts, count) || workspace == nullptr ||
-      reinterpret_cast<uintptr_t>(workspace) % 16 != 0) {
+  if (!parts_fit(parts, count) || workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 16 != 0) {
     return cudaErrorInvalidValue;
   }
   const Mxfp8LinearArgs& a = parts[0];
   const Mxfp8GroupPlan p = mxfp8_linear_group_plan(parts, count, multiprocessors());
+  if (!grid_fits(p)) return cudaErrorInvalidValue;
   auto* bytes = static_cast<uint8_t*>(workspace);
   auto* pieces = reinterpret_cast<__half*>(bytes);
   auto* factors = reinterpret_cast<float*>(bytes + p.pieces_bytes);
