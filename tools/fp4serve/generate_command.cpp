@@ -106,7 +106,10 @@ std::vector<int32_t> prompt_tokens(const GenerateFlags& f, const engine::LoadedM
 
 void run_generate(const GenerateFlags& f) {
   set_default_num_threads(f.threads);
-  engine::LoadOptions load{f.model, f.progress, f.device, f.prefill_attention, f.mxfp8_weights, 1};
+  // One sequence decodes at a time.
+  engine::LoadOptions load{.model_dir = f.model, .progress = f.progress, .device = f.device,
+                           .prefill_attention = f.prefill_attention, .mxfp8_weights = f.mxfp8_weights,
+                           .max_decode_batch = 1};
   engine::LoadedModel m = engine::load_model(load);
   // Profiling wraps the backend the weights were placed on; they stay where they are.
   const ProfilingBackend* profile = nullptr;

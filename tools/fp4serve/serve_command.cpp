@@ -82,8 +82,9 @@ void run_serve(const ServeFlags& f) {
   const std::filesystem::path model_dir = f.model.empty() ? default_model_dir() : std::filesystem::path(f.model);
   if (f.model.empty()) fmt::print(stderr, "fp4serve serve: no --model given: serving {}\n", model_dir.string());
   announce_init_kind(model_dir);
-  const engine::LoadedModel model = engine::load_model(
-      {model_dir.string(), f.progress, f.device, "dense", f.mxfp8_weights, f.max_num_seqs});
+  const engine::LoadedModel model = engine::load_model({.model_dir = model_dir.string(), .progress = f.progress,
+                                                       .device = f.device, .mxfp8_weights = f.mxfp8_weights,
+                                                       .max_decode_batch = f.max_num_seqs});
   FP4_CHECK(model.tokenizer.has_value(), "{} has no tokenizer.json; the server needs one",
             model_dir.string());
   fmt::print(stderr, "fp4serve serve: loaded {} ({} layers, hidden {}, vocab {}) in {:.2f} s, on {}\n",
