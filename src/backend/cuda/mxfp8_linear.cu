@@ -12,9 +12,10 @@
 //   conversions, and its A fragments one 16-byte load of each of rows g and g + 8 per piece
 //   (the k order is a permutation applied to both operands, which a dot product allows). Each
 //   warp streams its features' codes and scales through its own ring of shared-memory slots
-//   (cp.async, two groups ahead: 8 KB of weight in flight a warp), synchronized within the warp
-//   only. x comes through L1 and L2, shared by the CTA's warps, each block's fragments loaded
-//   while the block before is multiplied.
+//   (cp.async, a group ahead: 4 KB of weight in flight a warp). x's pieces for a group are
+//   copied once a CTA into a two-slot ring that every warp reads its A fragments from (one
+//   group ahead, from L2), so x crosses L2 once a CTA rather than once a warp; one CTA barrier
+//   a group publishes both rings.
 // - sum_splits_kernel: each part's y = its splits' partial sums added in split order.
 #include "backend/cuda/mxfp8_linear.h"
 
@@ -127,22 +128,24 @@ __global__ void __launch_bounds__(kSplitThreads) split_rows_kernel(const float* 
   if (threadIdx.x == 0) factors[r] = ldexpf(1.0f, -s);
 }
 
-// x's pieces through L1 (every warp of the CTA reads them). Volatile, so that ptxas issues each
-// where the code asks instead of hoisting every block's loads at once (which spilled).
-__device__ __forceinline__ uint4 load_cached16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
 // A warp's ring of shared-memory slots, one group (its 32 features' 128 codes and 4 scales
 // each) a slot, filled by cp.async kSlots - 1 groups ahead. In a slot feature f's 16-byte chunk
 // c sits at chunk c ^ 2 (f mod 4), so that the 8-byte reads of one block (features g of a
 // tile, chunks 2b and 2b + 1) take the two wavefronts 256 bytes need rather than eight.
-constexpr int kSlots = 3;
+constexpr int kSlots = 2;
 constexpr int kSlotCodeBytes = kNTiles * 8 * kGroup;
 constexpr int kSlotBytes = kSlotCodeBytes + kNTiles * 8 * 4;
-constexpr int kSmemBytes = kWarps * kSlots * kSlotBytes;
+constexpr int kRingBytes = kWarps * kSlots * kSlotBytes;
+
+// The CTA's ring of x: two slots, each a group's k range of every piece and row, [piece][row]
+// [16 chunks of 8 values]. Row r's chunk c sits at chunk c ^ 4 (r mod 2), so that the 16-byte
+// fragment reads of one block (rows g and g + 8, chunks 4b + t) fall in distinct banks within
+// each quarter-warp.
+constexpr int kXSlots = 2;
+template <int kTiles> constexpr int kXSlotBytes = kMxfp8LinearPieces * 16 * kTiles * kGroup * 2;
+template <int kTiles> constexpr int kSmemBytes = kRingBytes + kXSlots * kXSlotBytes<kTiles>;
+
+__device__ __forceinline__ int x_chunk(int row, int chunk) { return chunk ^ (4 * (row % 2)); }
 
 __device__ __forceinline__ int swizzled_chunk(int feature, int chunk) { return chunk ^ (2 * (feature % 4)); }
 
@@ -166,6 +169,24 @@ __device__ __forceinline__ void fill_slot(uint8_t* slot, const Mxfp8LinearArgs& 
   tc::cp_async_commit();
 }
 
+// Group g's x, every piece and row, into an x slot: the CTA's threads copy consecutive 16-byte
+// chunks of each row. One commit group per call, even when g is past the split.
+template <int kTiles>
+__device__ __forceinline__ void fill_x_slot(uint8_t* slot, const __half* pieces, int64_t rows, int64_t k, int64_t g,
+                                            int64_t g1) {
+  constexpr int kRows = 16 * kTiles, kChunks = kMxfp8LinearPieces * kRows * 16;
+  static_assert(kChunks % kThreads == 0);
+  if (g < g1) {
+#pragma unroll
+    for (int i = 0; i < kChunks / kThreads; ++i) {
+      const int c = i * kThreads + static_cast<int>(threadIdx.x), row = c / 16 % kRows, piece = c / 16 / kRows;
+      const __half* src = pieces + (piece * rows + row) * k + g * kGroup + (c % 16) * 8;
+      tc::cp_async16(slot + ((piece * kRows + row) * 16 + x_chunk(row, c % 16)) * 16, src, true);
+    }
+  }
+  tc::cp_async_commit();
+}
+
 // A block's A fragments: rows g and g + 8 of each 16-row tile and piece, k = 8t .. 8t + 7.
 template <int kTiles>
 struct XFragments {
@@ -173,16 +194,18 @@ struct XFragments {
 };
 
 template <int kTiles>
-__device__ __forceinline__ void load_x(XFragments<kTiles>& x, const __half* pieces, int64_t rows, int64_t k,
-                                       int64_t block, int grp, int tig) {
-  const __half* base = pieces + grp * k + block * 32 + 8 * tig;
+__device__ __forceinline__ void load_x(XFragments<kTiles>& x, const uint8_t* slot, int b, int grp, int tig) {
+  constexpr int kRows = 16 * kTiles;
 #pragma unroll
   for (int mt = 0; mt < kTiles; ++mt) {
 #pragma unroll
     for (int piece = 0; piece < kMxfp8LinearPieces; ++piece) {
-      const __half* row = base + (piece * rows + mt * 16) * k;
-      x.r[mt][piece][0] = load_cached16(row);
-      x.r[mt][piece][1] = load_cached16(row + 8 * k);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = mt * 16 + grp + 8 * half;
+        x.r[mt][piece][half] =
+            *reinterpret_cast<const uint4*>(slot + ((piece * kRows + row) * 16 + x_chunk(row, 4 * b + tig)) * 16);
+      }
     }
   }
 }
@@ -230,8 +253,10 @@ __device__ __forceinline__ void multiply_block(float (&acc)[kTiles][kNTiles][4],
   }
 }
 
-// CTAs an SM the registers allow (the ring's shared memory allows 4).
-template <int kTiles> constexpr int kCtasPerSm = kTiles == 1 ? 4 : 3;
+// CTAs an SM: as many as the registers (4 at one row tile, 3 at two) and the shared memory
+// allow (227 KB an SM, 1 KB of it reserved a CTA).
+template <int kTiles>
+constexpr int kCtasPerSm = std::min(kTiles == 1 ? 4 : 3, 227 * 1024 / (kSmemBytes<kTiles> + 1024 + 256));
 
 template <int kTiles>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>)
@@ -260,30 +285,32 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>)
   const int64_t feature0 = cta_feature0 + warp * kNTiles * 8;
   const int64_t g0 = cta_g0, g1 = cta_g1;
   float acc[kTiles][kNTiles][4] = {};
-  if (feature0 < a.n) {  // warp-uniform
-    uint8_t* ring = smem + warp * kSlots * kSlotBytes;
+  // Every warp runs the loop, a warp past n on zero-filled features (its outputs are not
+  // stored): the x ring and the barrier are the CTA's.
+  uint8_t* ring = smem + warp * kSlots * kSlotBytes;
+  uint8_t* x_ring = smem + kRingBytes;
+  // Commit groups in order: x of g0, then weights g0 .. g0 + kSlots - 2; each group then x of
+  // the next group and weights kSlots - 1 ahead, so that waiting for all but the newest
+  // kSlots - 2 groups leaves this group's x and weights landed.
+  fill_x_slot<kTiles>(x_ring, pieces, rows, a.k, g0, g1);
 #pragma unroll
-    for (int i = 0; i < kSlots - 1; ++i) fill_slot(ring + i * kSlotBytes, a, feature0, g0 + i, g1, lane);
-    int slot = kSlots - 1;
-    // Blocks in turn, x's fragments of the next block loaded before this one's products (from
-    // L2 mostly: they hide its latency). Not unrolled: unrolled, ptxas hoisted every block's
-    // loads and spilled.
-    XFragments<kTiles> x;
-    load_x<kTiles>(x, pieces, rows, a.k, g0 * 4, grp, tig);
+  for (int i = 0; i < kSlots - 1; ++i) fill_slot(ring + i * kSlotBytes, a, feature0, g0 + i, g1, lane);
+  int slot = kSlots - 1;
 #pragma unroll 1
-    for (int64_t q = g0 * 4; q < g1 * 4; ++q) {
-      const int b = static_cast<int>(q % 4);
-      if (b == 0) {
-        tc::cp_async_wait<kSlots - 2>();
-        __syncwarp();  // every lane's copies of this group landed, and every lane is done with
-                       // the slot refilled next (read in the previous round)
-        fill_slot(ring + slot * kSlotBytes, a, feature0, q / 4 + kSlots - 1, g1, lane);
-        slot = slot == kSlots - 1 ? 0 : slot + 1;
-      }
-      XFragments<kTiles> next;
-      if (q + 1 < g1 * 4) load_x<kTiles>(next, pieces, rows, a.k, q + 1, grp, tig);
-      multiply_block<kTiles>(acc, ring + slot * kSlotBytes, b, x, grp, tig);
-      x = next;
+  for (int64_t g = g0; g < g1; ++g) {
+    tc::cp_async_wait<kSlots - 2>();
+    __syncthreads();  // every thread's copies of this group landed, and every warp is done with
+                      // the slots refilled next (read in the previous group)
+    const uint8_t* x_slot = x_ring + (g - g0) % kXSlots * kXSlotBytes<kTiles>;
+    fill_x_slot<kTiles>(x_ring + (g - g0 + 1) % kXSlots * kXSlotBytes<kTiles>, pieces, rows, a.k, g + 1, g1);
+    fill_slot(ring + slot * kSlotBytes, a, feature0, g + kSlots - 1, g1, lane);
+    slot = slot == kSlots - 1 ? 0 : slot + 1;
+    const uint8_t* w_slot = ring + slot * kSlotBytes;
+#pragma unroll 1  // unrolled, ptxas hoists the blocks' loads and takes more registers
+    for (int b = 0; b < 4; ++b) {
+      XFragments<kTiles> x;
+      load_x<kTiles>(x, x_slot, b, grp, tig);
+      multiply_block<kTiles>(acc, w_slot, b, x, grp, tig);
     }
   }
   // This split's partial sums (y itself when k is whole): rows t = 16 mt + g and + 8, features
@@ -324,9 +351,10 @@ template <int kTiles>
 cudaError_t launch_product(const GroupArgs& group, const Mxfp8GroupPlan& p, const __half* pieces, const float* factors,
                            cudaStream_t stream) {
   static const cudaError_t opt_in =
-      cudaFuncSetAttribute(mxfp8_linear_kernel<kTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+      cudaFuncSetAttribute(mxfp8_linear_kernel<kTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kSmemBytes<kTiles>);
   if (opt_in != cudaSuccess) return opt_in;
-  mxfp8_linear_kernel<kTiles><<<static_cast<unsigned>(p.ctas), kThreads, kSmemBytes, stream>>>(group, pieces, factors,
+  mxfp8_linear_kernel<kTiles><<<static_cast<unsigned>(p.ctas), kThreads, kSmemBytes<kTiles>, stream>>>(group, pieces, factors,
                                                                                               p.rows);
   return cudaGetLastError();
 }
