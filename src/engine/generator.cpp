@@ -125,6 +125,7 @@ GenerateResult Generator::generate(const GenerateRequest& r,
     pos += n;
     if (last) out.prompt_selection = last_token_selection(n);
   }
+  if (r.keep_selections) out.step_selections.push_back(out.prompt_selection);
   out.prefill_seconds = seconds_since(start);
 
   start = std::chrono::steady_clock::now();
@@ -160,8 +161,9 @@ GenerateResult Generator::generate(const GenerateRequest& r,
     FP4_CHECK(manager_.allocate(seq, 1), "the KV cache ran out of pages at {} tokens",
               manager_.num_tokens(seq));
     const int64_t pos = manager_.num_tokens(seq);
-    forward(step_for(seq, {s.token}, pos), false);
+    forward(step_for(seq, {s.token}, pos), /*need_selection=*/r.keep_selections);
     manager_.append(seq, std::span<const int32_t>(&s.token, 1));
+    if (r.keep_selections) out.step_selections.push_back(last_token_selection(1));
   }
   out.decode_seconds = seconds_since(start);
   return out;

@@ -23,6 +23,7 @@ struct GenerateRequest {
   std::vector<int32_t> stop_token_ids;     // besides the model's EOS
   bool ignore_eos = false;
   bool keep_logits = false;                // return every step's logits (tests, fidelity)
+  bool keep_selections = false;            // return every step's MSA selection (tests)
 };
 
 struct GenerateResult {
@@ -33,6 +34,9 @@ struct GenerateResult {
   // ascending logical block ids padded with -1; empty for dense layers. What a caller needs to
   // see that selection is really sparse and finds what the answer depends on.
   std::vector<std::vector<int32_t>> prompt_selection;
+  // With keep_selections, entry i is the selection (as prompt_selection) of the step whose
+  // logits chose tokens[i]: the prompt's last token for i = 0, tokens[i - 1] after it.
+  std::vector<std::vector<std::vector<int32_t>>> step_selections;
   std::string finish_reason;               // "stop" or "length"
   int64_t cached_prompt_tokens = 0;
   double prefill_seconds = 0;

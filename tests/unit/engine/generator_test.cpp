@@ -77,6 +77,40 @@ TEST_P(GeneratorTest, SelectionIsSparseBeyondTopkBlocks) {
   }
 }
 
+// keep_selections reports the selection behind every step's logits: the prompt's last token's,
+// then each decode step's, whose own block is always among them; and it changes no bit.
+TEST_P(GeneratorTest, StepSelectionsFollowEachStepAndChangeNothing) {
+  auto rng = testing::seeded_rng(14);
+  const LoadedModel m = random_model(tiny_m3_config(), rng);
+  GenerateRequest r = greedy(random_prompt(900, m.config.vocab_size, rng), 4);
+  Generator plain_gen(m, options(2048), 1000);
+  const GenerateResult plain = plain_gen.generate(r);
+  r.keep_selections = true;
+  Generator kept_gen(m, options(2048), 1000);
+  const GenerateResult kept = kept_gen.generate(r);
+  EXPECT_EQ(kept.tokens, plain.tokens);
+  EXPECT_EQ(kept.step_logits, plain.step_logits);
+  EXPECT_TRUE(plain.step_selections.empty());
+  ASSERT_EQ(kept.step_selections.size(), kept.tokens.size());
+  EXPECT_EQ(kept.step_selections[0], kept.prompt_selection);
+  const int64_t heads = m.config.num_kv_heads, topk = m.config.sparse_topk_blocks;
+  for (size_t i = 1; i < kept.step_selections.size(); ++i) {
+    const int32_t own_block = static_cast<int32_t>((900 + i - 1) / 128);  // the decoded token's
+    ASSERT_EQ(kept.step_selections[i].size(), kept.prompt_selection.size());
+    for (size_t layer = 0; layer < kept.step_selections[i].size(); ++layer) {
+      const std::vector<int32_t>& ids = kept.step_selections[i][layer];
+      if (kept.prompt_selection[layer].empty()) {
+        EXPECT_TRUE(ids.empty()) << "a dense layer selects nothing";
+        continue;
+      }
+      ASSERT_EQ(static_cast<int64_t>(ids.size()), heads * topk);
+      for (int64_t h = 0; h < heads; ++h) {
+        EXPECT_EQ(ids[h * topk + topk - 1], own_block) << "step " << i << ", layer " << layer << ", head " << h;
+      }
+    }
+  }
+}
+
 TEST_P(GeneratorTest, CachedPrefixGivesTheSameTokensAndReturnsEveryPage) {
   auto rng = testing::seeded_rng(13);
   const LoadedModel m = random_model(tiny_m3_config(), rng);
