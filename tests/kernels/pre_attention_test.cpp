@@ -54,12 +54,13 @@ struct Step {
   int64_t num_seqs = 0, max_blocks = 0, num_pages = 0, valid_tokens = 0;
 };
 
-// The valid tokens first; the last token's block has no page (-1), the GPU-only case.
-Step make_step(std::mt19937_64& rng) {
+// The valid tokens first; the last token's block has no page (-1), the GPU-only case. Sequence
+// 0 is a prefill chunk of `chunk` tokens from position 100, across blocks 0 and 1 at least.
+Step make_step(std::mt19937_64& rng, int32_t chunk) {
   constexpr int64_t kPage = kvcache::kPageTokens;
   Step s;
   std::vector<std::pair<int32_t, int32_t>> tokens;  // (seq, position)
-  for (int32_t p = 100; p < 140; ++p) tokens.emplace_back(0, p);  // a chunk across blocks 0 and 1
+  for (int32_t p = 100; p < 100 + chunk; ++p) tokens.emplace_back(0, p);
   tokens.emplace_back(1, 0);
   tokens.emplace_back(2, (1 << 18) - 1);
   tokens.emplace_back(3, 1 << 17);
@@ -118,11 +119,12 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   EXPECT_GE(identical, total * 99 / 100) << what << ": only " << identical << " of " << total << " values bit-identical";
 }
 
-void run_case(const Geometry& g, PageDType kv_dtype, PageDType index_dtype, std::mt19937_64& rng) {
+void run_case(const Geometry& g, PageDType kv_dtype, PageDType index_dtype, std::mt19937_64& rng,
+              int32_t chunk = 40) {
   SCOPED_TRACE(std::string(g.name) + ", K/V " + std::string(kvcache::page_dtype_name(kv_dtype)) + ", index " +
-               std::string(kvcache::page_dtype_name(index_dtype)));
+               std::string(kvcache::page_dtype_name(index_dtype)) + ", chunk " + std::to_string(chunk));
   const bool index = g.index_heads > 0;
-  const Step step = make_step(rng);
+  const Step step = make_step(rng, chunk);
   const int64_t all = static_cast<int64_t>(step.positions.size()), valid = step.valid_tokens;
   const int64_t qw = int64_t{g.q_heads} * g.head_dim, kvw = int64_t{g.kv_heads} * g.head_dim;
   const int64_t iqw = int64_t{g.index_heads} * g.index_head_dim, ikw = g.index_head_dim;
@@ -315,6 +317,15 @@ TEST_F(PreAttentionKernel, M3GeometryInEveryPageFormat) {
       if (HasFatalFailure()) return;
     }
   }
+}
+
+// A prefill chunk long enough that the launcher gives each token one CTA (past about four CTAs
+// an SM on any GPU of up to 300 SMs), whose warps then work through all of a token's vectors.
+TEST_F(PreAttentionKernel, PrefillChunkOfOneCtaAToken) {
+  auto rng = testing::seeded_rng(33);
+  run_case(kM3, PageDType::kNVFP4, PageDType::kNVFP4, rng, 1200);
+  if (HasFatalFailure()) return;
+  run_case(kM3, PageDType::kBF16, PageDType::kFP8, rng, 1200);
 }
 
 TEST_F(PreAttentionKernel, OtherGeometries) {

@@ -16,6 +16,8 @@
 // -fmad=false (CMakeLists) keeps every product and sum rounded as the CPU's.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "backend/cuda/cache_write.cuh"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/pre_attention.h"
@@ -140,8 +142,21 @@ cudaError_t launch_pre_attention(const PreAttentionArgs& a, cudaStream_t stream)
   }
   int vectors = 0;
   for (int s = 0; s < a.num_sets; ++s) vectors += a.sets[s].heads;
-  // Staged inserts need a token's heads in one CTA.
-  const int parts = a.stage_floats > 0 ? 1 : (vectors + kWarps - 1) / kWarps;
+  // Staged inserts need a token's heads in one CTA. Otherwise a token's vectors are spread over
+  // CTAs until the step has about four CTAs an SM, and no further: each CTA computes its
+  // token's rotary table again, which at a prefill chunk's thousands of tokens costs more than
+  // the extra CTAs' parallelism gives (bench/RESULTS.md, 2026-12-07).
+  int parts = 1;
+  if (a.stage_floats == 0) {
+    int device = 0, sms = 1;
+    if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+    if (const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        e != cudaSuccess) {
+      return e;
+    }
+    const int64_t wanted = (4 * int64_t{sms} + a.tokens - 1) / std::max<int64_t>(a.tokens, 1);
+    parts = static_cast<int>(std::clamp<int64_t>(wanted, 1, (vectors + kWarps - 1) / kWarps));
+  }
   const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>(parts));
   pre_attention_kernel<<<grid, kPreAttentionThreads, smem, stream>>>(a);
   return cudaGetLastError();
