@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/expert_gemm.h"
 #include "backend/cuda/expert_rows.cuh"
 #include "backend/cuda/mma.cuh"
@@ -105,6 +106,11 @@ __device__ __forceinline__ void accumulate(const Chunk& ch, const float4* xs, in
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) expert_gemm_skinny_kernel(const ExpertGemmParams p) {
   // One row of x in FP32: values 4i .. 4i + 3 of chunk c (i = 0 .. 7) at i * chunks + c.
   extern __shared__ float4 xs[];
+  // The next kernel's CTAs may take the SMs this grid's last CTAs leave free; they wait for
+  // this one's outputs themselves.
+  allow_dependent_launch();
+  // The row offsets come from the dispatch, launches before the one this kernel follows, and the
+  // weights from no kernel: both are read before the wait; x only after it.
   const ExpertRows mine = find_expert(p.row_offsets, p.experts, p.rows, static_cast<int>(blockIdx.y));
   if (mine.expert < 0) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -124,6 +130,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) expert_gemm_skinny_kerne
     Chunk ahead[kAhead];
 #pragma unroll
     for (int i = 0; i < kAhead; ++i) ahead[i] = weights.next(lane + 32 * i < chunks);
+    if (row == mine.first) wait_for_prerequisite_grid();  // x is the kernel before's output
     __syncthreads();  // the previous row's readers are done with xs
     const uint4* x_row = reinterpret_cast<const uint4*>(p.x + int64_t{row} * p.k);
     for (int i = threadIdx.x; i < 4 * chunks; i += kThreads) {
@@ -165,8 +172,9 @@ cudaError_t launch_expert_gemm_skinny(const ExpertGemmParams& p, cudaStream_t st
   const size_t smem = expert_gemm_skinny_smem_bytes(p.k);
   if (smem > kExpertGemmSkinnyMaxSmem || p.n % kFeaturesPerCta != 0) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(p.n / kFeaturesPerCta), static_cast<unsigned>(expert_gemm_expert_slots(p)));
-  expert_gemm_skinny_kernel<<<grid, kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  // A programmatic dependent of the kernel before: its launch, its expert search and its first
+  // weight loads overlap that kernel's end.
+  return launch_dependent(expert_gemm_skinny_kernel, grid, dim3(kThreads), smem, stream, p);
 }
 
 }  // namespace fp4::cuda::detail

@@ -2,6 +2,7 @@
 // CPU's, so only expf differs (see moe_math.h).
 #include <cuda_runtime.h>
 
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/moe_math.h"
 #include "formats/minifloat.h"
 
@@ -65,6 +66,7 @@ __global__ void __launch_bounds__(kThreads) router_kernel(const RouterParams p) 
 }
 
 __global__ void __launch_bounds__(kThreads) gated_activation_kernel(const GatedActivationParams p) {
+  allow_dependent_launch();  // the down projection that follows waits for the activations itself
   const int64_t r = blockIdx.x;
   const int64_t i = int64_t{blockIdx.y} * kThreads + threadIdx.x;
   if (i >= p.inter) return;

@@ -5,6 +5,7 @@
 // CPU reference does.
 #include <cuda_runtime.h>
 
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/moe_ops.h"
 #include "formats/minifloat.h"
 
@@ -75,6 +76,7 @@ __global__ void __launch_bounds__(kThreads) dispatch_kernel(const MoeDispatchPar
 // Grid: rows; threads over hidden. A row that maps to no pair (dispatch saw an id out of range)
 // becomes NaN.
 __global__ void __launch_bounds__(kThreads) gather_kernel(const MoeGatherParams p) {
+  allow_dependent_launch();  // the experts' matmul that follows waits for the rows itself
   const int64_t r = blockIdx.x;
   const int pair = p.pair_of_row[r];
   uint16_t* dst = p.x_grouped + r * p.hidden;
