@@ -46,9 +46,10 @@ TEST_F(Mxfp8Linear, WithinItsBoundOfTheCpu) {
   auto rng = testing::seeded_rng(95);
   struct Shape { int64_t m, n, k; };
   // Both row tile counts (m not a multiple of 16), n with a partial CTA (136 = 128 + 8) and a
-  // partial warp, k of one group and of many (split or not).
+  // partial warp, k of one group and of many (split or not), and k past the 8,192 values the
+  // split kernel holds in registers.
   for (Shape s : {Shape{5, 136, 128}, Shape{16, 520, 640}, Shape{17, 64, 6144}, Shape{31, 1024, 1024},
-                  Shape{32, 256, 8192}, Shape{8, 8, 384}}) {
+                  Shape{32, 256, 8192}, Shape{8, 8, 384}, Shape{12, 72, 8320}}) {
     SCOPED_TRACE(::testing::Message() << s.m << " x " << s.n << " x " << s.k);
     auto x = testing::random_floats(s.m * s.k, testing::Distribution::kStudentT3, rng);
     // One row of zeros and one scaled far up (its factor far below 1), when there are rows to spare.

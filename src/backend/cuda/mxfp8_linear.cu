@@ -1,6 +1,7 @@
 // See mxfp8_linear.h. Three kernels:
 // - split_rows_kernel, one CTA per row of x (padded to whole 16-row tiles with zero rows): the
-//   row's scale and its FP16 pieces, [pieces][rows][k], and the factor 2^-s.
+//   row's scale, its FP16 pieces in the order the product's MMAs take them (fragment_unit), and
+//   the factor 2^-s.
 // - mxfp8_linear_kernel<kTiles>, one CTA per (part, 128-feature tile, split of k), 4 warps (the
 //   parts of a group are weights of the same x, their CTAs side by side along the grid, each
 //   part's tiles and splits as its launch alone would have them, so that x is split once and
@@ -9,14 +10,20 @@
 //   16-row A tiles), over the split's groups of 128 values of k (four MXFP8 blocks). In an MMA of block
 //   b, lane (g, t) supplies k = 8t + 4j + {0..3} for step j in {0, 1}: its B fragment is the 8
 //   contiguous code bytes [8t, 8t + 8) of its feature g's block, four hardware E4M3 -> FP16x2
-//   conversions, and its A fragments one 16-byte load of each of rows g and g + 8 per piece
-//   (the k order is a permutation applied to both operands, which a dot product allows). Each
+//   conversions, and its A operand of each piece and step one 16-byte shared-memory read (the k
+//   order is a permutation applied to both operands, which a dot product allows). Each
 //   warp streams its features' codes and scales through its own ring of shared-memory slots
 //   (cp.async, a group ahead: 4 KB of weight in flight a warp). x's pieces for a group are
-//   copied once a CTA into a two-slot ring that every warp reads its A fragments from (one
+//   copied once a CTA into a two-slot ring that every warp reads its A operands from (one
 //   group ahead, from L2), so x crosses L2 once a CTA rather than once a warp; one CTA barrier
 //   a group publishes both rings.
 // - sum_splits_kernel: each part's y = its splits' partial sums added in split order.
+// The product and the sum are programmatic dependents of the kernel before them: each starts,
+// and the product copies its first weights, while that kernel ends.
+// The product is bound by its instructions, not by the weight's bytes (Nsight Compute: 7 cycles
+// an issued instruction, DRAM 40% busy), so its loop is written for few: the A operands need no
+// register moves, each lane's copy addresses are worked out once a CTA, and a group whose
+// block scales are all normal (the usual case) decodes each by one shift.
 #include "backend/cuda/mxfp8_linear.h"
 
 #include <cuda_fp16.h>
@@ -24,6 +31,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/mma.cuh"
 #include "formats/minifloat.h"
 
@@ -92,15 +100,73 @@ int multiprocessors() {
   return sms;
 }
 
+// A thread's share of a row held in registers between the kernel's two passes: rows of up to
+// kHeldVectors * kSplitThreads * 4 values (8,192) are read once, all of a thread's loads in
+// flight together, rather than one round trip a loop iteration in each pass.
+constexpr int kHeldVectors = 8;
+
+__device__ __forceinline__ uint32_t largest_magnitude(uint32_t largest, float4 v) {
+  const uint32_t a = __float_as_uint(v.x) & 0x7FFFFFFFu, b = __float_as_uint(v.y) & 0x7FFFFFFFu;
+  const uint32_t c = __float_as_uint(v.z) & 0x7FFFFFFFu, d = __float_as_uint(v.w) & 0x7FFFFFFFu;
+  return max(max(largest, max(a, b)), max(c, d));
+}
+
+// x's pieces as the product reads them, "fragment order": for each piece, 16-row tile and chunk
+// c of 8 values of k, 256 bytes of 16 units, unit (g, j) (g = 0..7, j = 0, 1) holding the A
+// registers of one MMA step for rows g and g + 8 at k = 8c + 4j + {0..3}: {row g at k0 k1,
+// row g + 8 at k0 k1, row g at k2 k3, row g + 8 at k2 k3}, so that one 16-byte shared-memory
+// read is an MMA's A operand as it stands. Unit (g, j) sits at (2g + j) ^ 2 (c mod 4) ^ (g mod 2):
+// a block's reads (lane (g, t) at chunk 4b + t) then take 8 distinct 16-byte bank groups in
+// each quarter warp. A (piece, tile)'s chunks lie in k order, so a group's 16 are 4 KB in a row.
+__host__ __device__ __forceinline__ int fragment_unit(int g, int j, int64_t chunk) {
+  return (2 * g + j) ^ (2 * static_cast<int>(chunk % 4)) ^ (g % 2);
+}
+
+// Values 4i .. 4i + 3 of row r, already times 2^s, as their pieces: 4 bytes twice a piece, the
+// pairs (4i, 4i + 1) and (4i + 2, 4i + 3) of the row's half of their unit.
+__device__ __forceinline__ void store_pieces(float4 v, __half* pieces, int64_t tiles, int64_t r, int64_t k, int64_t i) {
+  const int64_t tile = r / 16, chunk = i / 2;
+  const int g = static_cast<int>(r % 8), half = static_cast<int>(r % 16 / 8), j = static_cast<int>(i % 2);
+  float rest[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int piece = 0; piece < kMxfp8LinearPieces; ++piece) {
+    __half h[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      h[e] = __float2half_rn(rest[e]);
+      // Exact: the remainder of a rounding to nearest. A first piece that is not finite carries
+      // x alone.
+      const bool finite = __hisinf(h[e]) == 0 && !__hisnan(h[e]);
+      rest[e] = finite ? rest[e] - __half2float(h[e]) : 0.0f;
+    }
+    __half* unit = pieces + (((piece * tiles + tile) * (k / 8) + chunk) * 16 + fragment_unit(g, j, chunk)) * 8;
+    *reinterpret_cast<__half2*>(unit + 2 * half) = __halves2half2(h[0], h[1]);
+    *reinterpret_cast<__half2*>(unit + 4 + 2 * half) = __halves2half2(h[2], h[3]);
+  }
+}
+
+__device__ __forceinline__ float4 scaled(float4 v, float up) { return make_float4(v.x * up, v.y * up, v.z * up, v.w * up); }
+
 // Row r of x (zero past m): s with max |x 2^s| in [2^14, 2^15), the pieces, factor 2^-s. The
 // row's largest magnitude is found on the FP32 bits (non-negative floats order as integers).
 __global__ void __launch_bounds__(kSplitThreads) split_rows_kernel(const float* x, int64_t m, int64_t k,
                                                                    int64_t rows, __half* pieces, float* factors) {
-  const int64_t r = blockIdx.x;
-  const float* row = x + r * k;
+  allow_dependent_launch();  // the product's CTAs wait for the pieces themselves
+  const int64_t r = blockIdx.x, vectors = k / 4, tiles = rows / 16;  // k a multiple of 128, x 16-byte aligned
+  const bool live = r < m;
+  const float4* row = reinterpret_cast<const float4*>(x + r * k);
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float4 held[kHeldVectors];
+#pragma unroll
+  for (int j = 0; j < kHeldVectors; ++j) {
+    const int64_t i = threadIdx.x + int64_t{j} * kSplitThreads;
+    held[j] = live && i < vectors ? row[i] : zero;
+  }
   uint32_t largest = 0;
-  if (r < m) {
-    for (int64_t i = threadIdx.x; i < k; i += kSplitThreads) largest = max(largest, __float_as_uint(row[i]) & 0x7FFFFFFFu);
+#pragma unroll
+  for (int j = 0; j < kHeldVectors; ++j) largest = largest_magnitude(largest, held[j]);
+  for (int64_t i = threadIdx.x + kHeldVectors * kSplitThreads; live && i < vectors; i += kSplitThreads) {
+    largest = largest_magnitude(largest, row[i]);
   }
   __shared__ uint32_t warp_max[kSplitThreads / 32];
   for (int offset = 16; offset > 0; offset >>= 1) largest = max(largest, __shfl_xor_sync(0xFFFFFFFFu, largest, offset));
@@ -113,17 +179,13 @@ __global__ void __launch_bounds__(kSplitThreads) split_rows_kernel(const float* 
   int s = 0;
   if (largest != 0 && largest < 0x7F800000u) s = min(127, 14 - (static_cast<int>(largest >> 23) - 127));
   const float up = ldexpf(1.0f, s);
-  for (int64_t i = threadIdx.x; i < k; i += kSplitThreads) {
-    float rest = r < m ? row[i] * up : 0.0f;
 #pragma unroll
-    for (int piece = 0; piece < kMxfp8LinearPieces; ++piece) {
-      const __half h = __float2half_rn(rest);
-      pieces[(piece * rows + r) * k + i] = h;
-      // Exact: the remainder of a rounding to nearest. A first piece that is not finite carries
-      // x alone.
-      const bool finite = __hisinf(h) == 0 && !__hisnan(h);
-      rest = finite ? rest - __half2float(h) : 0.0f;
-    }
+  for (int j = 0; j < kHeldVectors; ++j) {
+    const int64_t i = threadIdx.x + int64_t{j} * kSplitThreads;
+    if (i < vectors) store_pieces(scaled(held[j], up), pieces, tiles, r, k, i);
+  }
+  for (int64_t i = threadIdx.x + kHeldVectors * kSplitThreads; i < vectors; i += kSplitThreads) {
+    store_pieces(live ? scaled(row[i], up) : zero, pieces, tiles, r, k, i);
   }
   if (threadIdx.x == 0) factors[r] = ldexpf(1.0f, -s);
 }
@@ -137,82 +199,121 @@ constexpr int kSlotCodeBytes = kNTiles * 8 * kGroup;
 constexpr int kSlotBytes = kSlotCodeBytes + kNTiles * 8 * 4;
 constexpr int kRingBytes = kWarps * kSlots * kSlotBytes;
 
-// The CTA's ring of x: two slots, each a group's k range of every piece and row, [piece][row]
-// [16 chunks of 8 values]. Row r's chunk c sits at chunk c ^ 4 (r mod 2), so that the 16-byte
-// fragment reads of one block (rows g and g + 8, chunks 4b + t) fall in distinct banks within
-// each quarter-warp.
+// The CTA's ring of x: two slots, each a group's 16 chunks of every piece and tile in fragment
+// order (fragment_unit), [piece][tile][chunk][unit], as they lie in the split pieces.
 constexpr int kXSlots = 2;
-template <int kTiles> constexpr int kXSlotBytes = kMxfp8LinearPieces * 16 * kTiles * kGroup * 2;
+constexpr int kXRegionBytes = kGroup / 8 * 256;  // one piece and tile: 4 KB
+template <int kTiles> constexpr int kXSlotBytes = kMxfp8LinearPieces * kTiles * kXRegionBytes;
 template <int kTiles> constexpr int kSmemBytes = kRingBytes + kXSlots * kXSlotBytes<kTiles>;
-
-__device__ __forceinline__ int x_chunk(int row, int chunk) { return chunk ^ (4 * (row % 2)); }
 
 __device__ __forceinline__ int swizzled_chunk(int feature, int chunk) { return chunk ^ (2 * (feature % 4)); }
 
-// Lane L copies chunks L, L + 32, ... (4 whole feature rows of 128 bytes per instruction) and
-// feature L's 4 scale bytes; features past n are zero-filled (their scales left as they are:
-// their outputs are never stored). One commit group per call, even when g is past the split.
-__device__ __forceinline__ void fill_slot(uint8_t* slot, const Mxfp8LinearArgs& a, int64_t feature0, int64_t g,
-                                          int64_t g1, int lane) {
-  if (g < g1) {
-#pragma unroll
-    for (int i = 0; i < kSlotCodeBytes / 16 / 32; ++i) {
-      const int c = i * 32 + lane, f = c / 8, chunk = c % 8;
-      const bool live = feature0 + f < a.n;
-      const uint8_t* src = live ? a.w_e4m3 + (feature0 + f) * a.k + g * kGroup + chunk * 16 : a.w_e4m3;
-      tc::cp_async16(slot + f * kGroup + swizzled_chunk(f, chunk) * 16, src, live);
-    }
-    if (feature0 + lane < a.n) {
-      tc::cp_async4(slot + kSlotCodeBytes + lane * 4, a.w_scales + (feature0 + lane) * (a.k / 32) + g * 4);
-    }
-  }
-  tc::cp_async_commit();
-}
-
-// Group g's x, every piece and row, into an x slot: the CTA's threads copy consecutive 16-byte
-// chunks of each row. One commit group per call, even when g is past the split.
+// What one lane copies into the rings each group, worked out once a CTA: the weights' 16-byte
+// code chunks i = 0..7 (chunk lane + 32 i of the warp's 32 feature rows of 128 bytes: 4 rows an
+// instruction) and feature lane's 4 scale bytes; and the thread's 16-byte units of x. The
+// pointers are the next group's and move on by a group each fill.
 template <int kTiles>
-__device__ __forceinline__ void fill_x_slot(uint8_t* slot, const __half* pieces, int64_t rows, int64_t k, int64_t g,
-                                            int64_t g1) {
-  constexpr int kRows = 16 * kTiles, kChunks = kMxfp8LinearPieces * kRows * 16;
-  static_assert(kChunks % kThreads == 0);
-  if (g < g1) {
+struct RingCopies {
+  static constexpr int kChunks = kSlotCodeBytes / 16 / 32;
+  static constexpr int kXUnits = kXSlotBytes<kTiles> / 16 / kThreads;
+  static_assert(kXRegionBytes / 16 == 2 * kThreads, "a thread's x units i and i + 1 share a region");
+  const uint8_t* codes;   // chunk 0's source; chunk i is 4 i feature rows on
+  const uint8_t* scales;  // feature lane's scales
+  const uint8_t* x;       // unit 0's source; unit i is in region i / 2, (i % 2) 2 KB on
+  int64_t four_rows;      // 4 k bytes
+  int64_t region;         // bytes from one (piece, tile)'s pieces to the next: k / 8 chunks of 256
+  uint32_t live;          // bit i: chunk i's feature exists; bit kChunks: feature lane's
+  int code_dst;           // chunk 0's offset in a slot; chunk i is 512 i further
+};
+
+template <int kTiles>
+__device__ __forceinline__ RingCopies<kTiles> ring_copies(const Mxfp8LinearArgs& a, int64_t feature0, int64_t g0,
+                                                          const __half* pieces, int lane) {
+  RingCopies<kTiles> c;
+  const int row = lane / 8, chunk = lane % 8;  // feature feature0 + 4i + row, chunk of its 128 bytes
+  c.codes = a.w_e4m3 + (feature0 + row) * a.k + g0 * kGroup + chunk * 16;
+  c.scales = a.w_scales + (feature0 + lane) * (a.k / 32) + g0 * 4;
+  c.x = reinterpret_cast<const uint8_t*>(pieces) + g0 * kXRegionBytes + threadIdx.x * 16;
+  c.four_rows = 4 * a.k;
+  c.region = a.k / 8 * 256;
+  c.live = 0;
 #pragma unroll
-    for (int i = 0; i < kChunks / kThreads; ++i) {
-      const int c = i * kThreads + static_cast<int>(threadIdx.x), row = c / 16 % kRows, piece = c / 16 / kRows;
-      const __half* src = pieces + (piece * rows + row) * k + g * kGroup + (c % 16) * 8;
-      tc::cp_async16(slot + ((piece * kRows + row) * 16 + x_chunk(row, c % 16)) * 16, src, true);
+  for (int i = 0; i < RingCopies<kTiles>::kChunks; ++i) c.live |= (feature0 + 4 * i + row < a.n ? 1u : 0u) << i;
+  c.live |= (feature0 + lane < a.n ? 1u : 0u) << RingCopies<kTiles>::kChunks;
+  c.code_dst = row * kGroup + swizzled_chunk(row, chunk) * 16;
+  return c;
+}
+
+// The next group's weights (features past n zero-filled, their scales left as they are: those
+// outputs are never stored) and x. One commit group per call, even past the split.
+template <int kTiles>
+__device__ __forceinline__ void fill_slots(RingCopies<kTiles>& c, uint8_t* w_slot, uint8_t* x_slot, bool copy_weights,
+                                           bool copy_x) {
+  using R = RingCopies<kTiles>;
+  if (copy_weights) {
+#pragma unroll
+    for (int i = 0; i < R::kChunks; ++i) {
+      const bool live = (c.live >> i) & 1u;
+      tc::cp_async16(w_slot + c.code_dst + 512 * i, live ? c.codes + i * c.four_rows : c.codes, live);
+    }
+    if ((c.live >> R::kChunks) & 1u) tc::cp_async4(w_slot + kSlotCodeBytes + (threadIdx.x % 32) * 4, c.scales);
+  }
+  if (copy_x) {
+#pragma unroll
+    for (int i = 0; i < R::kXUnits; ++i) {
+      tc::cp_async16(x_slot + (i * kThreads + threadIdx.x) * 16, c.x + (i / 2) * c.region + (i % 2) * 2048, true);
     }
   }
   tc::cp_async_commit();
 }
 
-// A block's A fragments: rows g and g + 8 of each 16-row tile and piece, k = 8t .. 8t + 7.
+// A block's A operands: for each 16-row tile, piece and MMA step j, lane (g, t)'s unit (g, j) of
+// chunk 4b + t, as one 16-byte read.
 template <int kTiles>
 struct XFragments {
   uint4 r[kTiles][kMxfp8LinearPieces][2];
 };
 
+// The lane's offsets of units (g, j = 0) and (g, 1) of its chunk t in a region (block 0).
+__device__ __forceinline__ int x_unit_offset(int grp, int tig, int j) {
+  return tig * 256 + fragment_unit(grp, j, tig) * 16;
+}
+
 template <int kTiles>
-__device__ __forceinline__ void load_x(XFragments<kTiles>& x, const uint8_t* slot, int b, int grp, int tig) {
-  constexpr int kRows = 16 * kTiles;
+__device__ __forceinline__ void load_x(XFragments<kTiles>& x, const uint8_t* slot, int b, int offset0, int offset1) {
 #pragma unroll
   for (int mt = 0; mt < kTiles; ++mt) {
 #pragma unroll
     for (int piece = 0; piece < kMxfp8LinearPieces; ++piece) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = mt * 16 + grp + 8 * half;
-        x.r[mt][piece][half] =
-            *reinterpret_cast<const uint4*>(slot + ((piece * kRows + row) * 16 + x_chunk(row, 4 * b + tig)) * 16);
-      }
+      const uint8_t* region = slot + (piece * kTiles + mt) * kXRegionBytes + b * 1024;
+      x.r[mt][piece][0] = *reinterpret_cast<const uint4*>(region + offset0);
+      x.r[mt][piece][1] = *reinterpret_cast<const uint4*>(region + offset1);
     }
   }
 }
 
+// A UE8M0 scale whose code is neither 0 nor 255 (kAllNormal: the warp checked its group's) is
+// its code in a float's exponent field.
+template <bool kAllNormal>
+__device__ __forceinline__ float block_scale(uint8_t code) {
+  if constexpr (kAllNormal) {
+    return __uint_as_float(static_cast<uint32_t>(code) << 23);
+  } else {
+    return ue8m0_decode(code);
+  }
+}
+
+// Whether every scale byte of the warp's slot (feature lane's 4, for every lane) is neither 0
+// nor 255: the usual case, whose decode is one shift.
+__device__ __forceinline__ bool scales_all_normal(const uint8_t* w_slot, int lane) {
+  const uint32_t word = *reinterpret_cast<const uint32_t*>(w_slot + kSlotCodeBytes + lane * 4);
+  const auto has_zero_byte = [](uint32_t v) { return ((v - 0x01010101u) & ~v & 0x80808080u) != 0; };
+  return __all_sync(0xFFFFFFFFu, !has_zero_byte(word) && !has_zero_byte(~word));
+}
+
 // Block b of the slot's group: its codes expanded to FP16 B fragments, then for each 16-row tile
 // of x the pieces' MMAs into a zeroed tile, added to acc times the block's scales.
-template <int kTiles>
+template <int kTiles, bool kAllNormal>
 __device__ __forceinline__ void multiply_block(float (&acc)[kTiles][kNTiles][4], const uint8_t* slot, int b,
                                                const XFragments<kTiles>& x, int grp, int tig) {
   uint32_t w16[kNTiles][4];  // step j's B registers: w16[.][2j], w16[.][2j + 1]
@@ -227,16 +328,16 @@ __device__ __forceinline__ void multiply_block(float (&acc)[kTiles][kNTiles][4],
     w16[nt][2] = tc::e4m3x2_to_f16x2(codes.y);
     w16[nt][3] = tc::e4m3x2_to_f16x2(codes.y >> 16);
     const uint8_t* scale_bytes = slot + kSlotCodeBytes + (nt * 8 + 2 * tig) * 4 + b;
-    s[nt][0] = ue8m0_decode(scale_bytes[0]);
-    s[nt][1] = ue8m0_decode(scale_bytes[4]);
+    s[nt][0] = block_scale<kAllNormal>(scale_bytes[0]);
+    s[nt][1] = block_scale<kAllNormal>(scale_bytes[4]);
   }
 #pragma unroll
   for (int mt = 0; mt < kTiles; ++mt) {
     float block[kNTiles][4] = {};
 #pragma unroll
     for (int piece = 0; piece < kMxfp8LinearPieces; ++piece) {
-      const uint4 r0 = x.r[mt][piece][0], r8 = x.r[mt][piece][1];
-      const uint32_t step0[4] = {r0.x, r8.x, r0.y, r8.y}, step1[4] = {r0.z, r8.z, r0.w, r8.w};
+      const uint4 a0 = x.r[mt][piece][0], a1 = x.r[mt][piece][1];
+      const uint32_t step0[4] = {a0.x, a0.y, a0.z, a0.w}, step1[4] = {a1.x, a1.y, a1.z, a1.w};
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
         tc::mma_m16n8k16_f16(block[nt], step0, w16[nt][0], w16[nt][1]);
@@ -253,6 +354,17 @@ __device__ __forceinline__ void multiply_block(float (&acc)[kTiles][kNTiles][4],
   }
 }
 
+template <int kTiles, bool kAllNormal>
+__device__ __forceinline__ void multiply_group(float (&acc)[kTiles][kNTiles][4], const uint8_t* w_slot,
+                                               const uint8_t* x_slot, int grp, int tig, int x_offset0, int x_offset1) {
+#pragma unroll 1  // unrolled, ptxas hoists the blocks' loads and takes more registers
+  for (int b = 0; b < 4; ++b) {
+    XFragments<kTiles> x;
+    load_x<kTiles>(x, x_slot, b, x_offset0, x_offset1);
+    multiply_block<kTiles, kAllNormal>(acc, w_slot, b, x, grp, tig);
+  }
+}
+
 // CTAs an SM: as many as the registers (4 at one row tile, 3 at two) and the shared memory
 // allow (227 KB an SM, 1 KB of it reserved a CTA).
 template <int kTiles>
@@ -260,7 +372,7 @@ constexpr int kCtasPerSm = std::min(kTiles == 1 ? 4 : 3, 227 * 1024 / (kSmemByte
 
 template <int kTiles>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>)
-    mxfp8_linear_kernel(const GroupArgs group, const __half* pieces, const float* factors, int64_t rows) {
+    mxfp8_linear_kernel(const GroupArgs group, const __half* pieces, const float* factors) {
   extern __shared__ __align__(16) uint8_t smem[];
   // The CTA's part, tile and split, read from shared memory where they are used rather than
   // held in registers through the loop (which spilled at two row tiles). y is this split's
@@ -289,30 +401,46 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>)
   // stored): the x ring and the barrier are the CTA's.
   uint8_t* ring = smem + warp * kSlots * kSlotBytes;
   uint8_t* x_ring = smem + kRingBytes;
-  // Commit groups in order: x of g0, then weights g0 .. g0 + kSlots - 2; each group then x of
-  // the next group and weights kSlots - 1 ahead, so that waiting for all but the newest
-  // kSlots - 2 groups leaves this group's x and weights landed.
-  fill_x_slot<kTiles>(x_ring, pieces, rows, a.k, g0, g1);
+  RingCopies<kTiles> copies = ring_copies<kTiles>(a, feature0, g0, pieces, lane);
+  const int x_offset0 = x_unit_offset(grp, tig, 0), x_offset1 = x_unit_offset(grp, tig, 1);
+  // Commit groups in order: weights g0 .. g0 + kSlots - 2 (no kernel's output, so copied while
+  // the split kernel may still run), then x of g0 (its output); each group then x of the next
+  // group and weights kSlots - 1 ahead, so that from the second group on waiting for all but
+  // the newest kSlots - 2 groups leaves this group's x and weights landed.
 #pragma unroll
-  for (int i = 0; i < kSlots - 1; ++i) fill_slot(ring + i * kSlotBytes, a, feature0, g0 + i, g1, lane);
+  for (int i = 0; i < kSlots - 1; ++i) {
+    fill_slots<kTiles>(copies, ring + i * kSlotBytes, nullptr, g0 + i < g1, false);
+    copies.codes += kGroup;
+    copies.scales += 4;
+  }
+  wait_for_prerequisite_grid();
+  fill_slots<kTiles>(copies, nullptr, x_ring, false, g0 < g1);
+  copies.x += kXRegionBytes;
   int slot = kSlots - 1;
 #pragma unroll 1
   for (int64_t g = g0; g < g1; ++g) {
-    tc::cp_async_wait<kSlots - 2>();
+    if (g == g0) {
+      tc::cp_async_wait<0>();  // x of g0 is the newest group
+    } else {
+      tc::cp_async_wait<kSlots - 2>();
+    }
     __syncthreads();  // every thread's copies of this group landed, and every warp is done with
                       // the slots refilled next (read in the previous group)
     const uint8_t* x_slot = x_ring + (g - g0) % kXSlots * kXSlotBytes<kTiles>;
-    fill_x_slot<kTiles>(x_ring + (g - g0 + 1) % kXSlots * kXSlotBytes<kTiles>, pieces, rows, a.k, g + 1, g1);
-    fill_slot(ring + slot * kSlotBytes, a, feature0, g + kSlots - 1, g1, lane);
+    fill_slots<kTiles>(copies, ring + slot * kSlotBytes, x_ring + (g - g0 + 1) % kXSlots * kXSlotBytes<kTiles>,
+                       g + kSlots - 1 < g1, g + 1 < g1);
+    copies.codes += kGroup;
+    copies.scales += 4;
+    copies.x += kXRegionBytes;
     slot = slot == kSlots - 1 ? 0 : slot + 1;
     const uint8_t* w_slot = ring + slot * kSlotBytes;
-#pragma unroll 1  // unrolled, ptxas hoists the blocks' loads and takes more registers
-    for (int b = 0; b < 4; ++b) {
-      XFragments<kTiles> x;
-      load_x<kTiles>(x, x_slot, b, grp, tig);
-      multiply_block<kTiles>(acc, w_slot, b, x, grp, tig);
+    if (scales_all_normal(w_slot, lane)) {
+      multiply_group<kTiles, true>(acc, w_slot, x_slot, grp, tig, x_offset0, x_offset1);
+    } else {
+      multiply_group<kTiles, false>(acc, w_slot, x_slot, grp, tig, x_offset0, x_offset1);
     }
   }
+  allow_dependent_launch();  // the sum kernel's CTAs wait for the partial sums themselves
   // This split's partial sums (y itself when k is whole): rows t = 16 mt + g and + 8, features
   // 2t' and 2t' + 1 of each tile.
   float* const out = a.y;
@@ -338,6 +466,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>)
 __global__ void __launch_bounds__(kSplitThreads) sum_splits_kernel(const GroupArgs group) {
   const int64_t i = int64_t{blockIdx.x} * kSplitThreads + threadIdx.x;
   if (i >= group.first_sum[group.count]) return;
+  wait_for_prerequisite_grid();  // the product's partial sums
   int part = 0;
   while (part + 1 < group.count && i >= group.first_sum[part + 1]) ++part;
   const int64_t count = group.m * group.n[part], j = i - group.first_sum[part];
@@ -354,9 +483,10 @@ cudaError_t launch_product(const GroupArgs& group, const Mxfp8GroupPlan& p, cons
       cudaFuncSetAttribute(mxfp8_linear_kernel<kTiles>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            kSmemBytes<kTiles>);
   if (opt_in != cudaSuccess) return opt_in;
-  mxfp8_linear_kernel<kTiles><<<static_cast<unsigned>(p.ctas), kThreads, kSmemBytes<kTiles>, stream>>>(group, pieces, factors,
-                                                                                              p.rows);
-  return cudaGetLastError();
+  // A programmatic dependent of the split kernel: its launch and its first weight copies
+  // overlap the split.
+  return launch_dependent(mxfp8_linear_kernel<kTiles>, dim3(static_cast<unsigned>(p.ctas)), dim3(kThreads),
+                          kSmemBytes<kTiles>, stream, group, pieces, factors);
 }
 
 }  // namespace
@@ -426,15 +556,16 @@ cudaError_t launch_mxfp8_linear_group(const Mxfp8LinearArgs* parts, int count, v
   }
   split_rows_kernel<<<static_cast<unsigned>(p.rows), kSplitThreads, 0, stream>>>(a.x, a.m, a.k, p.rows, pieces,
                                                                                   factors);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   const cudaError_t e = p.tiles == 1 ? launch_product<1>(group, p, pieces, factors, stream)
                                      : launch_product<2>(group, p, pieces, factors, stream);
   if (e != cudaSuccess) return e;
   if (group.first_sum[count] > 0) {
     const int64_t sums = group.first_sum[count];
-    sum_splits_kernel<<<static_cast<unsigned>((sums + kSplitThreads - 1) / kSplitThreads), kSplitThreads, 0,
-                        stream>>>(group);
+    return launch_dependent(sum_splits_kernel, dim3(static_cast<unsigned>((sums + kSplitThreads - 1) / kSplitThreads)),
+                            dim3(kSplitThreads), 0, stream, group);
   }
-  return cudaGetLastError();
+  return cudaSuccess;
 }
 
 int64_t mxfp8_linear_workspace_bytes(const Mxfp8LinearArgs& a) { return mxfp8_linear_group_workspace_bytes(&a, 1); }
