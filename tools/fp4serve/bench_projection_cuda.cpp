@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <memory>
 #include <cmath>
 #include <random>
 
@@ -72,12 +73,22 @@ void check(const std::vector<float>& x, const std::vector<float>& w, const std::
 // forward pass issues them (Backend::linears): on BF16-held weights (the skinny kernel's group
 // launch where it fits, else one product after another) and on MXFP8-held ones (the skinny
 // group, else the tensor-core kernel's group launch, else one by one). The MXFP8 group is checked
-// against the CPU at 16 rows.
+// against the CPU at 16 rows. Each is timed one call at a time, the host's launches and the
+// workspace's allocation inside every sample, and in "(graph)" rows as a decode step runs it:
+// kGraphCalls calls recorded back to back, per call.
 constexpr Projection kGroup[] = {{"q", 8192, 6144}, {"k", 512, 6144}, {"v", 512, 6144}, {"index_q", 512, 6144},
                                  {"index_k", 128, 6144}};
 
+constexpr int kGraphCalls = 8;
+
 void bench_projection_group(cuda::CudaBackend& gpu, const std::string& device, double copy_gbps, int reps,
                             std::mt19937_64& rng, std::vector<Row>& rows) {
+  const auto graph_ms = [&](const std::vector<LinearParams>& parts) {
+    gpu.begin_capture();
+    for (int i = 0; i < kGraphCalls; ++i) gpu.linears(parts);
+    const std::unique_ptr<CapturedOps> graph = gpu.end_capture();
+    return cuda::median_ms([&](cudaStream_t) { graph->replay(); }, 3, reps, gpu.stream()) / kGraphCalls;
+  };
   const int64_t k = kGroup[0].k;
   std::vector<Weight> weights;
   std::vector<Buffer<uint16_t>> w16;
@@ -116,8 +127,11 @@ void bench_projection_group(cuda::CudaBackend& gpu, const std::string& device, d
     rows.push_back({device, "linears bf16 weights (as the layer runs them)", shape, double(features) * k * 2 + io, ms16,
                     copy_gbps, fresh});
     const double ms8 = cuda::median_ms([&](cudaStream_t) { gpu.linears(mx); }, 3, reps, gpu.stream());
-    rows.push_back({device, "linears mxfp8 weights (as the layer runs them)", shape,
-                    double(features) * k * (1 + 1.0 / kMxfp8BlockElems) + io, ms8, copy_gbps, fresh});
+    const double mx_bytes = double(features) * k * (1 + 1.0 / kMxfp8BlockElems) + io;
+    rows.push_back({device, "linears mxfp8 weights (as the layer runs them)", shape, mx_bytes, ms8, copy_gbps, fresh});
+    rows.push_back({device, "linears bf16 weights (graph)", shape, double(features) * k * 2 + io, graph_ms(bf16),
+                    copy_gbps, false});
+    rows.push_back({device, "linears mxfp8 weights (graph)", shape, mx_bytes, graph_ms(mx), copy_gbps, false});
   }
 }
 
