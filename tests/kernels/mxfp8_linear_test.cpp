@@ -157,6 +157,44 @@ TEST_F(Mxfp8Linear, GroupGivesEachPartTheBitsOfItsLaunchAlone) {
   }
 }
 
+// At 5 to 8 rows the skinny kernel takes narrow weights (skinny_linear.h) and this kernel the
+// wide ones, so CudaBackend::linears splits a layer's group by kernel: the narrow parts in one
+// skinny launch, the wide ones (two here) in one launch of this kernel. Each part keeps the bits
+// of its own `linear` call; outputs poisoned with NaN first.
+TEST_F(Mxfp8Linear, LinearsSplitsAGroupByKernelAndKeepsEachPartsBits) {
+  auto rng = testing::seeded_rng(99);
+  constexpr int64_t k = 6144;
+  const std::vector<int64_t> widths = {1536, 128, 1544, 8, 512};  // 1536 x 6144 values: past the narrow limit
+  for (int64_t m : {5, 8}) {
+    SCOPED_TRACE(::testing::Message() << m << " rows");
+    const auto x = testing::random_floats(m * k, testing::Distribution::kStudentT3, rng);
+    Buffer<float> gx(*gpu_, x);
+    std::vector<Buffer<uint8_t>> codes, scales;
+    std::vector<Buffer<float>> alone, routed;
+    std::vector<LinearParams> params;
+    for (int64_t n : widths) {
+      const testing::Mxfp8Weight w = testing::random_mxfp8(n, k, 110, 30, rng);
+      codes.emplace_back(*gpu_, w.codes);
+      scales.emplace_back(*gpu_, w.scales);
+      alone.emplace_back(*gpu_, std::vector<float>(m * n, std::numeric_limits<float>::quiet_NaN()));
+      routed.emplace_back(*gpu_, std::vector<float>(m * n, std::numeric_limits<float>::quiet_NaN()));
+      params.push_back({.x = gx.data(), .y = routed.back().data(), .m = m, .n = n, .k = k,
+                        .w_e4m3 = codes.back().data(), .w_scales = scales.back().data()});
+      LinearParams one = params.back();
+      one.y = alone.back().data();
+      gpu_->linear(one);
+    }
+    gpu_->linears(params);
+    for (size_t i = 0; i < widths.size(); ++i) {
+      const auto want = alone[i].download(), got = routed[i].download();
+      for (size_t j = 0; j < want.size(); ++j) {
+        ASSERT_FALSE(std::isnan(want[j])) << "part " << i << " output " << j << " was not written";
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[j]), std::bit_cast<uint32_t>(want[j])) << "part " << i << " output " << j;
+      }
+    }
+  }
+}
+
 // The group launch's division of the work (a host function, so this runs without a GPU too): each
 // part is split as its launch alone (which is what keeps its bits), the parts' CTAs follow one
 // another, every split holds at least one group of k and together they hold each once, and the

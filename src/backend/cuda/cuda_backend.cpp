@@ -219,43 +219,52 @@ void CudaBackend::linear(const LinearParams& p) {
                                &zero, p.y, n));
 }
 
+// Each part's y keeps the bits its own `linear` call gives it, so a part joins a launch only
+// where that call would take the same kernel: the parts the skinny kernel takes (all of a
+// decode token's, or the narrow ones of 5 to 8 rows) go in one skinny launch, those of the
+// first such part's weight form; MXFP8-held parts past the skinny kernel's rows, two or more,
+// in one launch of the tensor-core kernel on the codes; any other part on its own.
 void CudaBackend::linears(std::span<const LinearParams> parts) {
   const auto count = static_cast<int>(parts.size());
-  if (bf16_linear_ == Bf16Linear::kAuto && count >= 2 && count <= detail::kSkinnyMaxParts) {
-    std::array<detail::SkinnyLinearArgs, detail::kSkinnyMaxParts> args{};
-    bool grouped = true;
-    const bool mx = parts[0].w_e4m3 != nullptr;
-    for (int i = 0; i < count; ++i) {
-      const LinearParams& p = parts[i];
-      args[i] = skinny_args(p);
-      grouped = grouped && p.w == nullptr && (mx ? p.w_e4m3 != nullptr : p.w_bf16 != nullptr) &&
-                linear_weight_forms(p) == 1 && p.x == parts[0].x && p.m == parts[0].m && p.k == parts[0].k &&
-                detail::skinny_linear_fits(args[i]);
-    }
-    if (grouped) {
-      FP4_CUDA_CHECK(detail::launch_skinny_linear_group(args.data(), count, stream_));
-      return;
-    }
+  if (bf16_linear_ != Bf16Linear::kAuto || count < 2 || count > detail::kSkinnyMaxParts ||
+      count > detail::kMxfp8LinearMaxParts) {
+    Backend::linears(parts);
+    return;
   }
-  // MXFP8-held weights of one input past the skinny kernel's rows: x split once, one product
-  // launch for every part (mxfp8_linear.h).
-  if (bf16_linear_ == Bf16Linear::kAuto && count >= 2 && count <= detail::kMxfp8LinearMaxParts) {
-    std::array<detail::Mxfp8LinearArgs, detail::kMxfp8LinearMaxParts> mma{};
-    bool grouped = true;
-    for (int i = 0; i < count && grouped; ++i) {
-      const LinearParams& p = parts[i];
-      grouped = p.w == nullptr && p.w_bf16 == nullptr && p.w_e4m3 != nullptr && p.w_scales != nullptr &&
-                !detail::skinny_linear_fits(skinny_args(p));
-      mma[i] = {.x = p.x, .w_e4m3 = p.w_e4m3, .w_scales = p.w_scales, .y = p.y, .m = p.m, .n = p.n, .k = p.k};
+  std::array<detail::SkinnyLinearArgs, detail::kSkinnyMaxParts> skinny{};
+  std::array<detail::Mxfp8LinearArgs, detail::kMxfp8LinearMaxParts> mma{};
+  std::array<const LinearParams*, detail::kSkinnyMaxParts> mma_parts{}, alone{};
+  int skinny_count = 0, mma_count = 0, alone_count = 0;
+  bool skinny_mx = false;
+  for (const LinearParams& p : parts) {
+    const bool shared_input = p.w == nullptr && linear_weight_forms(p) == 1 && p.x == parts[0].x &&
+                              p.m == parts[0].m && p.k == parts[0].k;
+    const detail::SkinnyLinearArgs args = skinny_args(p);
+    const bool mx = p.w_e4m3 != nullptr;
+    if (shared_input && detail::skinny_linear_fits(args)) {
+      if (skinny_count == 0) skinny_mx = mx;
+      if (mx == skinny_mx) {
+        skinny[skinny_count++] = args;
+        continue;
+      }
+    } else if (shared_input && mx && p.w_scales != nullptr) {
+      mma_parts[mma_count] = &p;
+      mma[mma_count++] = {.x = p.x, .w_e4m3 = p.w_e4m3, .w_scales = p.w_scales, .y = p.y, .m = p.m, .n = p.n, .k = p.k};
+      continue;
     }
-    if (grouped && detail::mxfp8_linear_group_fits(mma.data(), count)) {
-      Buffer<uint8_t> workspace(*this,
-                                static_cast<size_t>(detail::mxfp8_linear_group_workspace_bytes(mma.data(), count)));
-      FP4_CUDA_CHECK(detail::launch_mxfp8_linear_group(mma.data(), count, workspace.data(), stream_));
-      return;
-    }
+    alone[alone_count++] = &p;
   }
-  Backend::linears(parts);
+  if (mma_count == 1 || (mma_count > 1 && !detail::mxfp8_linear_group_fits(mma.data(), mma_count))) {
+    for (int i = 0; i < mma_count; ++i) alone[alone_count++] = mma_parts[i];
+    mma_count = 0;
+  }
+  if (skinny_count > 0) FP4_CUDA_CHECK(detail::launch_skinny_linear_group(skinny.data(), skinny_count, stream_));
+  if (mma_count > 0) {
+    Buffer<uint8_t> workspace(*this,
+                              static_cast<size_t>(detail::mxfp8_linear_group_workspace_bytes(mma.data(), mma_count)));
+    FP4_CUDA_CHECK(detail::launch_mxfp8_linear_group(mma.data(), mma_count, workspace.data(), stream_));
+  }
+  for (int i = 0; i < alone_count; ++i) linear(*alone[i]);
 }
 
 // The weight's values are BF16, so x . w is computed as three BF16 tensor-core products: x is

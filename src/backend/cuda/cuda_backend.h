@@ -55,8 +55,8 @@ class CudaBackend final : public Backend {
   // FP32 GEMM on cuBLAS in its pedantic mode: IEEE FP32 products and sums (never TF32), in
   // cuBLAS's order, so results differ from the CPU's only by the order of the sums.
   void linear(const LinearParams& p) override;
-  // One skinny launch for every part when all are BF16-held, or all MXFP8-held, weights it
-  // takes (decode sizes).
+  // One skinny launch for the parts it takes (decode sizes), one tensor-core launch for the
+  // MXFP8-held parts past its rows, each part's bits those of its own `linear` call.
   void linears(std::span<const LinearParams> parts) override;
   void rms_norm(const RmsNormParams& p) override;
   void add_rms_norm(const AddRmsNormParams& p) override;
