@@ -60,9 +60,11 @@ ExpertGemmF16Variant expert_gemm_f16_variant_for(const ExpertGemmParams& p, cons
 // shapes only (rows, experts, n), so a launch can be captured in a CUDA graph (the FP16
 // kernel's scratch comes from the stream-ordered allocator, which is capturable).
 // The skinny kernel starts while the kernel before it in the stream ends (a programmatic
-// dependent launch) and reads the row offsets before it waits for that kernel: they must come
-// from an earlier launch than the one just before the call (in a layer the dispatch is followed
-// by the activations' gather), or from the host. x may come from the kernel just before.
+// dependent launch) and reads the row offsets before it waits for that kernel: their writer
+// must have finished before the kernel just before the call started (in a layer: the dispatch,
+// then the activations' gather, a plain launch), or they come from the host. x may come from
+// the kernel just before, or from one before it that that kernel waited for (the up projection
+// reads the gather's rows after the gate's, which waited for them).
 void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGemmOptions& options = {});
 
 namespace detail {

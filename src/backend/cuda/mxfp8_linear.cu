@@ -231,7 +231,9 @@ __device__ __forceinline__ RingCopies<kTiles> ring_copies(const Mxfp8LinearArgs&
                                                           const __half* pieces, int lane) {
   RingCopies<kTiles> c;
   const int row = lane / 8, chunk = lane % 8;  // feature feature0 + 4i + row, chunk of its 128 bytes
-  c.codes = a.w_e4m3 + (feature0 + row) * a.k + g0 * kGroup + chunk * 16;
+  // A chunk past n is zero-filled from chunk 0's address, which is kept inside the weight: when
+  // chunk 0's feature is past n, so is every later one's, and no address is used but that one.
+  c.codes = a.w_e4m3 + min(feature0 + row, a.n - 1) * a.k + g0 * kGroup + chunk * 16;
   c.scales = a.w_scales + (feature0 + lane) * (a.k / 32) + g0 * 4;
   c.x = reinterpret_cast<const uint8_t*>(pieces) + g0 * kXRegionBytes + threadIdx.x * 16;
   c.four_rows = 4 * a.k;
@@ -403,10 +405,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>)
   uint8_t* x_ring = smem + kRingBytes;
   RingCopies<kTiles> copies = ring_copies<kTiles>(a, feature0, g0, pieces, lane);
   const int x_offset0 = x_unit_offset(grp, tig, 0), x_offset1 = x_unit_offset(grp, tig, 1);
-  // Commit groups in order: weights g0 .. g0 + kSlots - 2 (no kernel's output, so copied while
-  // the split kernel may still run), then x of g0 (its output); each group then x of the next
-  // group and weights kSlots - 1 ahead, so that from the second group on waiting for all but
-  // the newest kSlots - 2 groups leaves this group's x and weights landed.
+  // Commit groups in order: the weights of g0 (no kernel's output, so copied while the split
+  // kernel may still run), then x of g0 (its output); each group then x and weights of the next
+  // group, so that waiting for every group leaves this group's landed. x of each group is in the
+  // newest commit group but one, so deeper weight rings need another order.
+  static_assert(kSlots == 2, "the commit order above is for one group ahead");
 #pragma unroll
   for (int i = 0; i < kSlots - 1; ++i) {
     fill_slots<kTiles>(copies, ring + i * kSlotBytes, nullptr, g0 + i < g1, false);
@@ -419,11 +422,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<kTiles>)
   int slot = kSlots - 1;
 #pragma unroll 1
   for (int64_t g = g0; g < g1; ++g) {
-    if (g == g0) {
-      tc::cp_async_wait<0>();  // x of g0 is the newest group
-    } else {
-      tc::cp_async_wait<kSlots - 2>();
-    }
+    tc::cp_async_wait<0>();
     __syncthreads();  // every thread's copies of this group landed, and every warp is done with
                       // the slots refilled next (read in the previous group)
     const uint8_t* x_slot = x_ring + (g - g0) % kXSlots * kXSlotBytes<kTiles>;
