@@ -328,6 +328,24 @@ TEST_F(PreAttentionKernel, PrefillChunkOfOneCtaAToken) {
   run_case(kM3, PageDType::kBF16, PageDType::kFP8, rng, 1200);
 }
 
+// The launcher's CTAs a token (a host function, so this runs without a GPU too), at M3's 77
+// head vectors (64 q, 4 k, 4 v, 4 index q, 1 index k): ten while the step is small, fewer past
+// about four CTAs an SM, one from there on, and one whenever the inserts are staged.
+TEST(PreAttentionPlan, CtasATokenFollowTheStepsSize) {
+  cuda::detail::PreAttentionArgs a;
+  for (int heads : {64, 4, 4, 4, 1}) a.sets[a.num_sets++].heads = heads;
+  struct Case { int sms, tokens, parts; };
+  for (const Case c : {Case{132, 1, 10}, Case{132, 52, 10}, Case{132, 53, 10}, Case{132, 60, 9},
+                       Case{132, 128, 5}, Case{132, 527, 2}, Case{132, 528, 1}, Case{132, 8192, 1},
+                       Case{78, 1, 10}, Case{78, 64, 5}, Case{78, 312, 1}, Case{1, 1, 4}}) {
+    a.tokens = c.tokens;
+    EXPECT_EQ(cuda::detail::pre_attention_parts(a, c.sms), c.parts) << c.sms << " SMs, " << c.tokens << " tokens";
+  }
+  a.stage_floats = 1024;
+  a.tokens = 1;
+  EXPECT_EQ(cuda::detail::pre_attention_parts(a, 132), 1) << "staged inserts";
+}
+
 TEST_F(PreAttentionKernel, OtherGeometries) {
   auto rng = testing::seeded_rng(32);
   for (const Geometry& g : kOthers) {

@@ -129,6 +129,18 @@ __global__ void __launch_bounds__(kPreAttentionThreads) pre_attention_kernel(con
 
 }  // namespace
 
+int pre_attention_parts(const PreAttentionArgs& a, int sms) {
+  // Staged inserts need a token's heads in one CTA. Otherwise a token's vectors are spread over
+  // CTAs until the step has about four CTAs an SM, and no further: each CTA computes its
+  // token's rotary table again, which at a prefill chunk's thousands of tokens costs more than
+  // the extra CTAs' parallelism gives (bench/RESULTS.md, 2026-12-07).
+  if (a.stage_floats > 0) return 1;
+  int vectors = 0;
+  for (int s = 0; s < a.num_sets; ++s) vectors += a.sets[s].heads;
+  const int64_t wanted = (4 * int64_t{std::max(sms, 1)} + a.tokens - 1) / std::max(a.tokens, 1);
+  return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::max((vectors + kWarps - 1) / kWarps, 1)));
+}
+
 size_t pre_attention_smem_bytes(const PreAttentionArgs& a) {
   return sizeof(float) * (2 * size_t(a.rotary_pairs) + a.stage_floats + size_t(kWarps) * a.max_dim);
 }
@@ -140,23 +152,12 @@ cudaError_t launch_pre_attention(const PreAttentionArgs& a, cudaStream_t stream)
                                                static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
-  int vectors = 0;
-  for (int s = 0; s < a.num_sets; ++s) vectors += a.sets[s].heads;
-  // Staged inserts need a token's heads in one CTA. Otherwise a token's vectors are spread over
-  // CTAs until the step has about four CTAs an SM, and no further: each CTA computes its
-  // token's rotary table again, which at a prefill chunk's thousands of tokens costs more than
-  // the extra CTAs' parallelism gives (bench/RESULTS.md, 2026-12-07).
-  int parts = 1;
-  if (a.stage_floats == 0) {
-    int device = 0, sms = 1;
-    if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-    if (const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        e != cudaSuccess) {
-      return e;
-    }
-    const int64_t wanted = (4 * int64_t{sms} + a.tokens - 1) / std::max<int64_t>(a.tokens, 1);
-    parts = static_cast<int>(std::clamp<int64_t>(wanted, 1, (vectors + kWarps - 1) / kWarps));
+  int device = 0, sms = 1;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) {
+    return e;
   }
+  const int parts = pre_attention_parts(a, sms);
   const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>(parts));
   pre_attention_kernel<<<grid, kPreAttentionThreads, smem, stream>>>(a);
   return cudaGetLastError();

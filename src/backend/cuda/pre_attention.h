@@ -64,6 +64,10 @@ struct PreAttentionArgs {
 
 // Dynamic shared memory of one CTA for `a`.
 size_t pre_attention_smem_bytes(const PreAttentionArgs& a);
+// CTAs a token on a GPU of `sms` SMs (the grid's y): one for staged inserts; else a token's head
+// vectors over ceil(vectors / 8) CTAs, a vector a warp, while the step has fewer than about four
+// CTAs an SM, and fewer CTAs (at least one, its warps taking several vectors each) past that.
+int pre_attention_parts(const PreAttentionArgs& a, int sms);
 cudaError_t launch_pre_attention(const PreAttentionArgs& a, cudaStream_t stream);
 
 }  // namespace detail
