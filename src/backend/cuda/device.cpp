@@ -18,6 +18,12 @@ int device_count() {
   return n;
 }
 
+cudaError_t current_device_multiprocessors(int* sms) {
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
+}
+
 DeviceInfo device_info(int device) {
   cudaDeviceProp prop{};
   FP4_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));

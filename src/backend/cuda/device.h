@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/device_query.h"
+
 namespace fp4::cuda {
 
 // Number of visible CUDA devices; 0 (not an error) when there is no driver or no GPU.

@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "backend/cuda/dependent_launch.cuh"
+#include "backend/cuda/device_query.h"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/mxfp8_linear_split.cuh"
 #include "formats/minifloat.h"
@@ -92,13 +93,10 @@ struct GroupArgs {
   int64_t m = 0, k = 0;
 };
 
+// The plan's SM count; 1 where it cannot be asked (the launch then reports the device's error).
 int multiprocessors() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    return 1;
-  }
-  return sms;
+  int sms = 1;
+  return current_device_multiprocessors(&sms) == cudaSuccess ? sms : 1;
 }
 
 // A warp's ring of shared-memory slots, one group (its 32 features' 128 codes and 4 scales

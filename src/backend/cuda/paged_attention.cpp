@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
 #include "backend/cuda/paged_attention_launch.h"
 
 namespace fp4::cuda {
@@ -85,9 +86,8 @@ void check_params(const PagedAttentionParams& p) {
 }
 
 int sm_count() {
-  int device = 0, sms = 0;
-  FP4_CUDA_CHECK(cudaGetDevice(&device));
-  FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int sms = 0;
+  FP4_CUDA_CHECK(current_device_multiprocessors(&sms));
   return sms;
 }
 

@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cache_write.cuh"
 #include "backend/cuda/dependent_launch.cuh"
+#include "backend/cuda/device_query.h"
 #include "backend/cuda/pre_attention.h"
 
 namespace fp4::cuda::detail {
@@ -152,11 +153,8 @@ cudaError_t launch_pre_attention(const PreAttentionArgs& a, cudaStream_t stream)
                                                static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
-  int device = 0, sms = 1;
-  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  if (const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) {
-    return e;
-  }
+  int sms = 1;
+  if (const cudaError_t e = current_device_multiprocessors(&sms); e != cudaSuccess) return e;
   const int parts = pre_attention_parts(a, sms);
   const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>(parts));
   pre_attention_kernel<<<grid, kPreAttentionThreads, smem, stream>>>(a);
