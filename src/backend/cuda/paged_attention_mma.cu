@@ -408,15 +408,21 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) attention_tensor_core(cons
   }
   __syncthreads();
   // Thread i writes output column i % D of rows i / D, i / D + kThreads / D, ...: its dimension
-  // (pv_dim) and the group's first row are worked out once. Rows of a group are D apart.
+  // (pv_dim) and the group's first row are worked out once. Rows of a group are D apart. The
+  // loop runs over the MMA's rows, a constant, so that its shared-memory reads are issued
+  // together rather than each row's after the row before has been stored: with few CTAs (one to
+  // eight tokens) this loop's latency is on the kernel's critical path.
   static_assert(kThreads % D == 0, "a thread keeps one column");
   const int d = threadIdx.x % D, dim = kBf16 ? d : pv_dim<F, D>(d);
   float* const out = out_ptr(a, w, 0) + dim;
-  for (int h = threadIdx.x / D; h < a.group; h += kThreads / D) {  // padding rows are not written
-    float acc = 0.0f;
 #pragma unroll
-    for (int v = 0; v < kWarps; ++v) acc = fmaf(o_s[(v * kRows + h) * P + d], weight_s[h][v], acc);
-    out[h * D] = acc * scale_s[h];
+  for (int h = threadIdx.x / D; h < kRows; h += kThreads / D) {
+    if (h < a.group) {  // padding rows are not written
+      float acc = 0.0f;
+#pragma unroll
+      for (int v = 0; v < kWarps; ++v) acc = fmaf(o_s[(v * kRows + h) * P + d], weight_s[h][v], acc);
+      out[h * D] = acc * scale_s[h];
+    }
   }
 }
 
