@@ -1,8 +1,8 @@
 #include <fmt/format.h>
 
 #include <bit>
-#include <memory>
 #include <cmath>
+#include <memory>
 #include <random>
 
 #include "backend/buffer.h"
