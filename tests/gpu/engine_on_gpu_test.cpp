@@ -330,6 +330,16 @@ TEST_F(EngineOnGpu, RecordedDecodeStepsGiveTheEagerBits) {
     EXPECT_EQ(graphs.logits, eager.logits) << kvcache::page_dtype_name(cache) << ": replayed logits differ";
     std::printf("[  CHECKED ] %s cache: 64 decode steps from %lld recorded graph(s) equal the eager steps\n",
                 std::string(kvcache::page_dtype_name(cache)).c_str(), static_cast<long long>(recorded));
+    // The step's buffers came from the recording arena, so the graph holds kernels (and the
+    // step's copies) but no memory node, and the kernels built as programmatic dependents
+    // start early in the graph as they do op by op.
+    const cuda::GraphCensus graph = static_cast<cuda::CudaBackend&>(*gpu.backend).last_recording();
+    EXPECT_GT(graph.kernels, 0);
+    EXPECT_EQ(graph.memory_nodes, 0) << "a recorded step allocated from the stream-ordered pool";
+    EXPECT_GT(graph.programmatic_edges, 0) << "no kernel of the recorded step is a programmatic dependent";
+    std::printf("[  CHECKED ] the last recorded step: %lld kernels, %lld other nodes, %lld of %lld edges programmatic\n",
+                static_cast<long long>(graph.kernels), static_cast<long long>(graph.other_nodes),
+                static_cast<long long>(graph.programmatic_edges), static_cast<long long>(graph.edges));
   }
 }
 

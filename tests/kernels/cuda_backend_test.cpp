@@ -288,5 +288,73 @@ TEST_F(CudaBackendOps, MemoryRoundTripsAndZeroFills) {
   EXPECT_FALSE(gpu_->uses_host_memory());
 }
 
+// While a step is recorded its buffers come from the recording arena: the graph holds no memory
+// node, a buffer released during the recording is the next one of its size, and each recording
+// starts over in the same memory; a buffer that outlives its recording is refused at the next
+// one. From the stream-ordered pool (kept for comparisons) the graph holds memory nodes, which
+// the census must see, or its zero above proves nothing. Each graph reverses a table's rows
+// twice through its own buffers, so a replay that read freed or foreign memory shows in `out`.
+TEST_F(CudaBackendOps, RecordingsTakeTheirBuffersFromTheArena) {
+  auto rng = testing::seeded_rng(76);
+  const int64_t rows = 5, dim = 96;
+  const auto host = testing::random_floats(rows * dim, testing::Distribution::kGaussian, rng);
+  const Buffer<float> table(*gpu_, host);
+  Buffer<float> out(*gpu_, static_cast<size_t>(rows * dim));
+  const Buffer<int32_t> reverse(*gpu_, std::vector<int32_t>{4, 3, 2, 1, 0});
+  auto gather = [&](const float* from, float* to) {
+    gpu_->gather_rows({.table = from, .table_rows = rows, .dim = dim, .ids = reverse.data(), .count = rows, .out = to});
+  };
+  auto replay_and_check = [&](CapturedOps& ops) {
+    out.zero();
+    ops.replay();
+    EXPECT_EQ(out.download(), host);
+  };
+  std::vector<const void*> firsts;
+  for (int recording = 0; recording < 2; ++recording) {
+    gpu_->begin_capture();
+    {
+      Buffer<float> reversed(*gpu_, static_cast<size_t>(rows * dim));
+      firsts.push_back(reversed.data());
+      const void* released = nullptr;
+      {
+        const Buffer<float> scratch(*gpu_, static_cast<size_t>(rows * dim));
+        released = scratch.data();
+      }
+      const Buffer<float> again(*gpu_, static_cast<size_t>(rows * dim));
+      EXPECT_EQ(again.data(), released) << "a released buffer is the next one of its size";
+      gather(table.data(), reversed.data());
+      gather(reversed.data(), out.data());
+    }
+    const std::unique_ptr<CapturedOps> ops = gpu_->end_capture();
+    const cuda::GraphCensus graph = gpu_->last_recording();
+    EXPECT_EQ(graph.kernels, 2);
+    EXPECT_EQ(graph.memory_nodes, 0);
+    replay_and_check(*ops);
+  }
+  EXPECT_EQ(firsts[0], firsts[1]) << "each recording starts over in the arena's memory";
+  EXPECT_GT(gpu_->recording_arena_bytes(), 0);
+
+  gpu_->begin_capture();
+  Buffer<float> kept(*gpu_, static_cast<size_t>(rows * dim));
+  gather(table.data(), kept.data());
+  gather(kept.data(), out.data());
+  const std::unique_ptr<CapturedOps> kept_ops = gpu_->end_capture();
+  EXPECT_THROW(gpu_->begin_capture(), Error);
+  replay_and_check(*kept_ops);
+  kept = Buffer<float>();
+
+  gpu_->set_recording_memory(cuda::CudaBackend::RecordingMemory::kStreamOrderedPool);
+  gpu_->begin_capture();
+  {
+    Buffer<float> reversed(*gpu_, static_cast<size_t>(rows * dim));
+    gather(table.data(), reversed.data());
+    gather(reversed.data(), out.data());
+  }
+  const std::unique_ptr<CapturedOps> pool_ops = gpu_->end_capture();
+  EXPECT_EQ(gpu_->last_recording().kernels, 2);
+  EXPECT_GE(gpu_->last_recording().memory_nodes, 2) << "an allocation and its free";
+  replay_and_check(*pool_ops);
+}
+
 }  // namespace
 }  // namespace fp4

@@ -131,21 +131,33 @@ std::unique_ptr<TimeMark> CudaBackend::mark_time() { return std::make_unique<Eve
 void CudaBackend::begin_capture() {
   // The recording's inputs were just allocated on this stream; waiting for them first keeps
   // compute-sanitizer from taking the graph's reads of them for reads of unallocated memory.
+  // It also means no earlier replay still uses the arena, which this recording reuses.
   synchronize();
+  arena_.start();
   FP4_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  recording_ = recording_memory_ == RecordingMemory::kArena;
 }
 
 std::unique_ptr<CapturedOps> CudaBackend::end_capture() {
+  recording_ = false;
   cudaGraph_t graph = nullptr;
   FP4_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+  cudaError_t status = cudaSuccess;
+  try {
+    last_recording_ = census(graph);
+    status = cudaGraphInstantiate(&exec, graph, 0);
+  } catch (...) {
+    cudaGraphDestroy(graph);
+    throw;
+  }
   cudaGraphDestroy(graph);
   FP4_CUDA_CHECK(status);
   return std::make_unique<CudaGraph>(exec, stream_);
 }
 
 void CudaBackend::abort_capture() noexcept {
+  recording_ = false;
   cudaGraph_t graph = nullptr;
   if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
   (void)cudaGetLastError();
@@ -153,13 +165,15 @@ void CudaBackend::abort_capture() noexcept {
 
 void* CudaBackend::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
+  if (recording_) return arena_.take(bytes);
   void* p = nullptr;
   FP4_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_));
   return p;
 }
 
 void CudaBackend::release(void* p) noexcept {
-  if (p != nullptr) (void)cudaFreeAsync(p, stream_);
+  if (p == nullptr || arena_.give(p)) return;
+  (void)cudaFreeAsync(p, stream_);
 }
 
 void CudaBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
@@ -340,14 +354,22 @@ void CudaBackend::rope(const RopeParams& p) { cuda::rope(p, stream_); }
 void CudaBackend::gated_activation(const GatedActivationParams& p) { cuda::gated_activation(p, stream_); }
 void CudaBackend::cache_insert(const CacheInsertParams& p) { cuda::cache_insert(p, stream_); }
 void CudaBackend::pre_attention(const PreAttentionParams& p) { cuda::pre_attention(p, stream_); }
-void CudaBackend::indexer_topk(const IndexerTopkParams& p) { cuda::indexer_topk(p, stream_, indexer_); }
+// The ops with scratch take it from allocate(), so that a recording holds no memory node.
+void CudaBackend::indexer_topk(const IndexerTopkParams& p) {
+  Buffer<uint8_t> workspace(*this, cuda::indexer_topk_workspace_bytes(p, indexer_));
+  cuda::indexer_topk(p, workspace.data(), workspace.size(), stream_, indexer_);
+}
 void CudaBackend::paged_attention(const PagedAttentionParams& p) {
-  cuda::paged_attention(p, stream_, attention_);
+  Buffer<uint8_t> workspace(*this, cuda::paged_attention_workspace_bytes(p, attention_));
+  cuda::paged_attention(p, workspace.data(), workspace.size(), stream_, attention_);
 }
 void CudaBackend::router(const RouterParams& p) { cuda::router(p, stream_); }
 void CudaBackend::moe_dispatch(const MoeDispatchParams& p) { cuda::moe_dispatch(p, stream_); }
 void CudaBackend::moe_gather(const MoeGatherParams& p) { cuda::moe_gather(p, stream_); }
-void CudaBackend::expert_gemm(const ExpertGemmParams& p) { cuda::expert_gemm(p, stream_); }
+void CudaBackend::expert_gemm(const ExpertGemmParams& p) {
+  Buffer<uint8_t> workspace(*this, cuda::expert_gemm_workspace_bytes(p));
+  cuda::expert_gemm(p, workspace.data(), workspace.size(), stream_);
+}
 void CudaBackend::moe_combine(const MoeCombineParams& p) { cuda::moe_combine(p, stream_); }
 void CudaBackend::sample(const SampleParams& p) { cuda::sample(p, stream_); }
 

@@ -1,7 +1,8 @@
 // The CUDA backend: every model op on one GPU, on one stream, so a forward step is a sequence
 // of asynchronous launches that only waits where the host needs a result (the logits, an MoE
 // layer's expert sizes). Memory comes from the stream-ordered allocator, whose pool keeps what
-// a step frees for the next one.
+// a step frees for the next one; while a step is recorded, from the recording arena
+// (recording.h), so that the graph's kernels follow one another as they do op by op.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -9,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/indexer_topk.h"
 #include "backend/cuda/paged_attention.h"
+#include "backend/cuda/recording.h"
 
 struct cublasContext;
 
@@ -51,6 +53,13 @@ class CudaBackend final : public Backend {
   void begin_capture() override;
   std::unique_ptr<CapturedOps> end_capture() override;
   void abort_capture() noexcept override;
+  // What the last recording's graph held, and the device memory the recordings keep.
+  const GraphCensus& last_recording() const { return last_recording_; }
+  int64_t recording_arena_bytes() const { return arena_.reserved_bytes(); }
+  // Where a recording's buffers come from: the arena (the default), or, for comparisons, the
+  // stream-ordered pool as op by op (memory nodes in the graph). Set it before a recording.
+  enum class RecordingMemory { kArena, kStreamOrderedPool };
+  void set_recording_memory(RecordingMemory memory) { recording_memory_ = memory; }
 
   // FP32 GEMM on cuBLAS in its pedantic mode: IEEE FP32 products and sums (never TF32), in
   // cuBLAS's order, so results differ from the CPU's only by the order of the sums.
@@ -102,6 +111,10 @@ class CudaBackend final : public Backend {
   cublasContext* cublas_ = nullptr;
 
   void* cublas_workspace_ = nullptr;  // cuBLAS's, set once so a captured GEMM allocates nothing
+  RecordingArena arena_;  // freed after release_resources() has waited for the stream
+  bool recording_ = false;  // and taking the recording's buffers from the arena
+  RecordingMemory recording_memory_ = RecordingMemory::kArena;
+  GraphCensus last_recording_;
   IndexerTopkOptions indexer_;
   PagedAttentionOptions attention_;
   Bf16Linear bf16_linear_ = Bf16Linear::kAuto;

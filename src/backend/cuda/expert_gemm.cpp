@@ -27,7 +27,16 @@ ExpertGemmF16Variant expert_gemm_f16_variant_for(const ExpertGemmParams& p, cons
   return p.rows >= 16 * p.experts ? ExpertGemmF16Variant::kSharedX : ExpertGemmF16Variant::kWarpRing;
 }
 
-void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGemmOptions& options) {
+size_t expert_gemm_workspace_bytes(const ExpertGemmParams& p, const ExpertGemmOptions& options) {
+  // Shapes the call refuses take nothing: their error is the call's, not an allocation's.
+  const bool valid = p.rows > 0 && p.rows < (int64_t{1} << 31) && p.k > 0 && p.k % 128 == 0 && p.n > 0 &&
+                     p.n % detail::kExpertGemmRows == 0;
+  if (!valid) return 0;
+  return expert_gemm_kernel_for(p, options) == ExpertGemmKernel::kF16 ? expert_gemm_f16_scratch_bytes(p) : 0;
+}
+
+void expert_gemm(const ExpertGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                 const ExpertGemmOptions& options) {
   FP4_CHECK(p.experts > 0 && p.experts < 65536, "expert_gemm: {} experts (1 to 65535)", p.experts);
   FP4_CHECK(p.n > 0 && p.n % detail::kExpertGemmRows == 0, "expert_gemm: n = {} is not a positive multiple of {}",
             p.n, detail::kExpertGemmRows);
@@ -52,14 +61,26 @@ void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGem
     return;
   }
   FP4_CHECK(reinterpret_cast<uintptr_t>(p.scales) % 8 == 0, "expert_gemm: the FP16 kernel needs 8-byte aligned scales");
+  const size_t needed = expert_gemm_f16_scratch_bytes(p);
+  FP4_CHECK(workspace != nullptr && workspace_bytes >= needed && reinterpret_cast<uintptr_t>(workspace) % 16 == 0,
+            "expert_gemm: the FP16 kernel needs a 16-byte aligned workspace of {} bytes, got {} bytes at {}", needed,
+            workspace_bytes, workspace);
+  FP4_CUDA_CHECK(detail::launch_expert_gemm_f16(p, workspace, stream, expert_gemm_f16_variant_for(p, options)));
+}
+
+void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGemmOptions& options) {
   // The stream-ordered allocator keeps this capturable in a CUDA graph and reuses the pool's
   // memory from one layer to the next.
+  const size_t bytes = expert_gemm_workspace_bytes(p, options);
   void* workspace = nullptr;
-  FP4_CUDA_CHECK(cudaMallocAsync(&workspace, expert_gemm_f16_scratch_bytes(p), stream));
-  const cudaError_t status =
-      detail::launch_expert_gemm_f16(p, workspace, stream, expert_gemm_f16_variant_for(p, options));
-  (void)cudaFreeAsync(workspace, stream);
-  FP4_CUDA_CHECK(status);
+  if (bytes > 0) FP4_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
+  try {
+    expert_gemm(p, workspace, bytes, stream, options);
+  } catch (...) {
+    if (workspace != nullptr) (void)cudaFreeAsync(workspace, stream);
+    throw;
+  }
+  if (workspace != nullptr) FP4_CUDA_CHECK(cudaFreeAsync(workspace, stream));
 }
 
 }  // namespace fp4::cuda

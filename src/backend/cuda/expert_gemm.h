@@ -66,6 +66,11 @@ ExpertGemmF16Variant expert_gemm_f16_variant_for(const ExpertGemmParams& p, cons
 // the kernel just before, or from one before it that that kernel waited for (the up projection
 // reads the gather's rows after the gate's, which waited for them).
 void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGemmOptions& options = {});
+// The same with the FP16 kernel's scratch supplied: expert_gemm_workspace_bytes(p, options) bytes,
+// 16-byte aligned (0, and any pointer, where another kernel runs).
+size_t expert_gemm_workspace_bytes(const ExpertGemmParams& p, const ExpertGemmOptions& options = {});
+void expert_gemm(const ExpertGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                 const ExpertGemmOptions& options = {});
 
 namespace detail {
 

@@ -142,6 +142,10 @@ size_t indexer_topk_workspace_bytes(const IndexerTopkParams& p) {
                              std::max<int64_t>(p.ctx.max_blocks, 0)) * sizeof(float);
 }
 
+size_t indexer_topk_workspace_bytes(const IndexerTopkParams& p, const IndexerTopkOptions& options) {
+  return checked_args(p, options).tokens == 0 ? 0 : indexer_topk_workspace_bytes(p);
+}
+
 void indexer_topk(const IndexerTopkParams& p, void* workspace, size_t workspace_bytes,
                   cudaStream_t stream, const IndexerTopkOptions& options) {
   detail::IndexerArgs a = checked_args(p, options);

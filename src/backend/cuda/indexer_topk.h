@@ -47,6 +47,9 @@ struct IndexerTopkOptions {
 // Device scratch indexer_topk needs for these shapes: the block scores, tokens x heads x
 // max_blocks floats.
 size_t indexer_topk_workspace_bytes(const IndexerTopkParams& p);
+// The same after the checks indexer_topk makes (an fp4::Error names what is wrong), 0 for an
+// empty step: what a caller should allocate before it calls.
+size_t indexer_topk_workspace_bytes(const IndexerTopkParams& p, const IndexerTopkOptions& options);
 
 // Pointers in `p` are device pointers, except p.layout, a host object read at the call. Index
 // pages of FP32, BF16, FP8 (scale p.scale) or NVFP4 (no global scale); index_head_dim 16, 32,
