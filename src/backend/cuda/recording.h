@@ -40,7 +40,6 @@ class RecordingArena {
   bool give(const void* p) noexcept;
 
   int64_t reserved_bytes() const;
-  int64_t held_buffers() const { return static_cast<int64_t>(held_.size()); }
 
  private:
   struct Chunk {
