@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/stream_scratch.h"
 
 namespace fp4::cuda {
 
@@ -71,16 +72,9 @@ void expert_gemm(const ExpertGemmParams& p, void* workspace, size_t workspace_by
 void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGemmOptions& options) {
   // The stream-ordered allocator keeps this capturable in a CUDA graph and reuses the pool's
   // memory from one layer to the next.
-  const size_t bytes = expert_gemm_workspace_bytes(p, options);
-  void* workspace = nullptr;
-  if (bytes > 0) FP4_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
-  try {
+  with_stream_scratch(expert_gemm_workspace_bytes(p, options), stream, [&](void* workspace, size_t bytes) {
     expert_gemm(p, workspace, bytes, stream, options);
-  } catch (...) {
-    if (workspace != nullptr) (void)cudaFreeAsync(workspace, stream);
-    throw;
-  }
-  if (workspace != nullptr) FP4_CUDA_CHECK(cudaFreeAsync(workspace, stream));
+  });
 }
 
 }  // namespace fp4::cuda

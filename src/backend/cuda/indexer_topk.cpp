@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/stream_scratch.h"
 
 namespace fp4::cuda {
 namespace {
@@ -165,18 +166,10 @@ bool indexer_uses_tensor_cores(const IndexerTopkParams& p, const IndexerTopkOpti
 }
 
 void indexer_topk(const IndexerTopkParams& p, cudaStream_t stream, const IndexerTopkOptions& options) {
-  checked_args(p, options);
-  if (p.ctx.tokens == 0) return;
-  void* workspace = nullptr;
-  const size_t bytes = indexer_topk_workspace_bytes(p);
-  FP4_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
-  try {
+  if (checked_args(p, options).tokens == 0) return;
+  with_stream_scratch(indexer_topk_workspace_bytes(p), stream, [&](void* workspace, size_t bytes) {
     indexer_topk(p, workspace, bytes, stream, options);
-  } catch (...) {
-    (void)cudaFreeAsync(workspace, stream);
-    throw;
-  }
-  FP4_CUDA_CHECK(cudaFreeAsync(workspace, stream));
+  });
 }
 
 }  // namespace fp4::cuda

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/paged_attention_launch.h"
+#include "backend/cuda/stream_scratch.h"
 
 namespace fp4::cuda {
 namespace {
@@ -289,16 +290,9 @@ void paged_attention(const PagedAttentionParams& p, void* workspace, size_t work
 }
 
 void paged_attention(const PagedAttentionParams& p, cudaStream_t stream, const PagedAttentionOptions& options) {
-  const size_t bytes = paged_attention_workspace_bytes(p, options);
-  void* workspace = nullptr;
-  if (bytes > 0) FP4_CUDA_CHECK(cudaMallocAsync(&workspace, bytes, stream));
-  try {
+  with_stream_scratch(paged_attention_workspace_bytes(p, options), stream, [&](void* workspace, size_t bytes) {
     paged_attention(p, workspace, bytes, stream, options);
-  } catch (...) {
-    if (workspace != nullptr) (void)cudaFreeAsync(workspace, stream);
-    throw;
-  }
-  if (workspace != nullptr) FP4_CUDA_CHECK(cudaFreeAsync(workspace, stream));
+  });
 }
 
 }  // namespace fp4::cuda
