@@ -112,7 +112,7 @@ class CudaBackend final : public Backend {
 
   void* cublas_workspace_ = nullptr;  // cuBLAS's, set once so a captured GEMM allocates nothing
   RecordingArena arena_;  // freed after release_resources() has waited for the stream
-  bool recording_ = false;  // and taking the recording's buffers from the arena
+  bool recording_ = false;  // a recording is under way and takes its buffers from the arena
   RecordingMemory recording_memory_ = RecordingMemory::kArena;
   GraphCensus last_recording_;
   IndexerTopkOptions indexer_;
