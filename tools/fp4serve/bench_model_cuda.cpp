@@ -336,7 +336,6 @@ std::vector<Row> bench_model_decode(const std::string& device, double copy_gbps,
             }
           }
         }
-        gpu.set_recording_memory(cuda::CudaBackend::RecordingMemory::kArena);
       }
     }
   }

@@ -28,16 +28,10 @@ ExpertGemmF16Variant expert_gemm_f16_variant_for(const ExpertGemmParams& p, cons
   return p.rows >= 16 * p.experts ? ExpertGemmF16Variant::kSharedX : ExpertGemmF16Variant::kWarpRing;
 }
 
-size_t expert_gemm_workspace_bytes(const ExpertGemmParams& p, const ExpertGemmOptions& options) {
-  // Shapes the call refuses take nothing: their error is the call's, not an allocation's.
-  const bool valid = p.rows > 0 && p.rows < (int64_t{1} << 31) && p.k > 0 && p.k % 128 == 0 && p.n > 0 &&
-                     p.n % detail::kExpertGemmRows == 0;
-  if (!valid) return 0;
-  return expert_gemm_kernel_for(p, options) == ExpertGemmKernel::kF16 ? expert_gemm_f16_scratch_bytes(p) : 0;
-}
+namespace {
 
-void expert_gemm(const ExpertGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                 const ExpertGemmOptions& options) {
+// The shapes and the layer's inputs, checked before any scratch is sized or taken.
+void check_shapes(const ExpertGemmParams& p) {
   FP4_CHECK(p.experts > 0 && p.experts < 65536, "expert_gemm: {} experts (1 to 65535)", p.experts);
   FP4_CHECK(p.n > 0 && p.n % detail::kExpertGemmRows == 0, "expert_gemm: n = {} is not a positive multiple of {}",
             p.n, detail::kExpertGemmRows);
@@ -45,6 +39,19 @@ void expert_gemm(const ExpertGemmParams& p, void* workspace, size_t workspace_by
   FP4_CHECK(p.rows >= 0 && p.rows < (int64_t{1} << 31), "expert_gemm: {} rows", p.rows);
   FP4_CHECK(p.row_offsets && p.values && p.scales && p.global_scales,
             "expert_gemm: row offsets, weights and global scales are required");
+}
+
+}  // namespace
+
+size_t expert_gemm_workspace_bytes(const ExpertGemmParams& p, const ExpertGemmOptions& options) {
+  check_shapes(p);
+  if (p.rows == 0) return 0;
+  return expert_gemm_kernel_for(p, options) == ExpertGemmKernel::kF16 ? expert_gemm_f16_scratch_bytes(p) : 0;
+}
+
+void expert_gemm(const ExpertGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                 const ExpertGemmOptions& options) {
+  check_shapes(p);
   if (p.rows == 0) return;
   FP4_CHECK(p.x && p.y, "expert_gemm: x and y are required");
   FP4_CHECK(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.values) % 16 == 0 &&

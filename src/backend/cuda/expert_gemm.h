@@ -67,7 +67,8 @@ ExpertGemmF16Variant expert_gemm_f16_variant_for(const ExpertGemmParams& p, cons
 // reads the gather's rows after the gate's, which waited for them).
 void expert_gemm(const ExpertGemmParams& p, cudaStream_t stream, const ExpertGemmOptions& options = {});
 // The same with the FP16 kernel's scratch supplied: expert_gemm_workspace_bytes(p, options) bytes,
-// 16-byte aligned (0, and any pointer, where another kernel runs).
+// 16-byte aligned (0, and any pointer, where another kernel runs). The size is asked after the
+// call's shape checks, so bad shapes fail there, with the call's message.
 size_t expert_gemm_workspace_bytes(const ExpertGemmParams& p, const ExpertGemmOptions& options = {});
 void expert_gemm(const ExpertGemmParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                  const ExpertGemmOptions& options = {});

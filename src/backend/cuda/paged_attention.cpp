@@ -183,10 +183,9 @@ int64_t resident_ctas(const detail::AttentionArgs& a, detail::AttentionKernel ke
   const std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it == cache.end()) {
-    int per_sm = 0, sms = 0;
+    int per_sm = 0;
     FP4_CUDA_CHECK(detail::attention_ctas_per_sm(a, kernel, &per_sm));
-    FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    it = cache.emplace(key, int64_t{std::max(per_sm, 1)} * sms).first;
+    it = cache.emplace(key, int64_t{std::max(per_sm, 1)} * sm_count()).first;
   }
   return it->second;
 }
