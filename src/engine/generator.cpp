@@ -67,6 +67,16 @@ std::vector<std::vector<int32_t>> Generator::last_token_selection(int64_t tokens
   return out;
 }
 
+std::vector<std::vector<int32_t>> Generator::sorted_routes() const {
+  const int64_t k = model_.config.num_experts_per_tok;
+  std::vector<std::vector<int32_t>> out = runner_.last_routes();
+  for (std::vector<int32_t>& layer : out) {
+    FP4_CHECK(k > 0 || layer.empty(), "a model without experts reported routing");
+    for (auto it = layer.begin(); it != layer.end(); it += k) std::sort(it, it + k);
+  }
+  return out;
+}
+
 GenerateResult Generator::generate(const GenerateRequest& r,
                                    const std::function<bool(int32_t)>& on_token) {
   const model::ModelConfig& c = model_.config;
@@ -120,12 +130,26 @@ GenerateResult Generator::generate(const GenerateRequest& r,
                                         static_cast<int64_t>(r.prompt.size()) - pos);
     const std::vector<int32_t> chunk(r.prompt.begin() + pos, r.prompt.begin() + pos + n);
     const bool last = pos + n == static_cast<int64_t>(r.prompt.size());
-    forward(step_for(seq, chunk, pos), /*need_selection=*/last);
+    forward(step_for(seq, chunk, pos), /*need_selection=*/last || r.keep_selections);
     manager_.append(seq, chunk);
     pos += n;
     if (last) out.prompt_selection = last_token_selection(n);
+    if (r.keep_selections) {
+      std::vector<std::vector<int32_t>> routes = sorted_routes();
+      out.prompt_routes.resize(routes.size());
+      for (size_t l = 0; l < routes.size(); ++l) {
+        out.prompt_routes[l].insert(out.prompt_routes[l].end(), routes[l].begin(), routes[l].end());
+      }
+    }
   }
-  if (r.keep_selections) out.step_selections.push_back(out.prompt_selection);
+  if (r.keep_selections) {
+    out.step_selections.push_back(out.prompt_selection);
+    const int64_t k = model_.config.num_experts_per_tok;
+    std::vector<std::vector<int32_t>>& first = out.step_routes.emplace_back();
+    for (const std::vector<int32_t>& layer : out.prompt_routes) {
+      first.emplace_back(layer.empty() ? layer.end() : layer.end() - k, layer.end());
+    }
+  }
   out.prefill_seconds = seconds_since(start);
 
   start = std::chrono::steady_clock::now();
@@ -163,7 +187,10 @@ GenerateResult Generator::generate(const GenerateRequest& r,
     const int64_t pos = manager_.num_tokens(seq);
     forward(step_for(seq, {s.token}, pos), /*need_selection=*/r.keep_selections);
     manager_.append(seq, std::span<const int32_t>(&s.token, 1));
-    if (r.keep_selections) out.step_selections.push_back(last_token_selection(1));
+    if (r.keep_selections) {
+      out.step_selections.push_back(last_token_selection(1));
+      out.step_routes.push_back(sorted_routes());
+    }
   }
   out.decode_seconds = seconds_since(start);
   return out;

@@ -23,7 +23,7 @@ struct GenerateRequest {
   std::vector<int32_t> stop_token_ids;     // besides the model's EOS
   bool ignore_eos = false;
   bool keep_logits = false;                // return every step's logits (tests, fidelity)
-  bool keep_selections = false;            // return every step's MSA selection (tests)
+  bool keep_selections = false;            // return every step's MSA selection and routing (tests)
 };
 
 struct GenerateResult {
@@ -37,6 +37,11 @@ struct GenerateResult {
   // With keep_selections, entry i is the selection (as prompt_selection) of the step whose
   // logits chose tokens[i]: the prompt's last token for i = 0, tokens[i - 1] after it.
   std::vector<std::vector<std::vector<int32_t>>> step_selections;
+  // With keep_selections, the routed experts, each token's top_k ids ascending: per layer
+  // [prompt tokens run (after any cached prefix), top_k] for the prompt (empty for dense
+  // layers), and per step, as step_selections, per layer the top_k of that step's token.
+  std::vector<std::vector<int32_t>> prompt_routes;
+  std::vector<std::vector<std::vector<int32_t>>> step_routes;
   std::string finish_reason;               // "stop" or "length"
   int64_t cached_prompt_tokens = 0;
   double prefill_seconds = 0;
@@ -66,6 +71,8 @@ class Generator {
                             int64_t first_position) const;
   // From the step just run, whose batch held `tokens` tokens of one sequence.
   std::vector<std::vector<int32_t>> last_token_selection(int64_t tokens) const;
+  // The step's routing, per layer [tokens, top_k], each token's ids sorted.
+  std::vector<std::vector<int32_t>> sorted_routes() const;
 
   const LoadedModel& model_;
   GeneratorOptions options_;

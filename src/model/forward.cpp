@@ -81,7 +81,8 @@ void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t rows, float* 
   linear(w.down, act.data(), rows, out);
 }
 
-void ModelRunner::moe(const MoeWeights& w, const float* x, int64_t rows, float* out) {
+void ModelRunner::moe(const MoeWeights& w, const float* x, int64_t rows, float* out,
+                      Buffer<int32_t>* kept_routes) {
   const int64_t h = config_.hidden_size, k = config_.num_experts_per_tok;
   const int64_t pairs = rows * k, experts = config_.num_experts;
   Buffer<float> logits = floats(rows * experts), weights = floats(pairs);
@@ -109,6 +110,7 @@ void ModelRunner::moe(const MoeWeights& w, const float* x, int64_t rows, float* 
                         .shared = w.has_shared ? out : nullptr,
                         .routed_scale = config_.routed_scaling_factor, .out = out, .tokens = rows,
                         .top_k = k, .hidden = h});
+  if (kept_routes != nullptr) *kept_routes = std::move(ids);
 }
 
 // W4A16: the grouped rows' inputs in BF16, gate and up over all experts at once, the activation
@@ -242,6 +244,8 @@ const float* ModelRunner::forward_on_device(const StepBatch& b, bool need_select
   check_batch(b, config_, cache_.num_pages());
   selection_.clear();
   selection_.resize(static_cast<size_t>(config_.num_layers));
+  routes_.clear();
+  routes_.resize(static_cast<size_t>(config_.num_layers));
   eager_logits_ = {};
   if (!need_selection && graph_shaped(b)) return forward_graph(pad_blocks(b));
   return run_eager(b, true);
@@ -277,7 +281,7 @@ void ModelRunner::run(const Step& step, int64_t rows, float* logits, bool keep_s
     attention(l, step, normed.data(), delta.data(), keep_selection);
     add_norm(delta.data(), layer.post_attention_norm);
     if (layer.moe) {
-      moe(layer.moe_weights, normed.data(), t, delta.data());
+      moe(layer.moe_weights, normed.data(), t, delta.data(), keep_selection ? &routes_[l] : nullptr);
     } else {
       mlp(layer.mlp, normed.data(), t, delta.data());
     }
@@ -293,6 +297,12 @@ void ModelRunner::run(const Step& step, int64_t rows, float* logits, bool keep_s
 std::vector<std::vector<int32_t>> ModelRunner::last_selection() const {
   std::vector<std::vector<int32_t>> out;
   for (const Buffer<int32_t>& layer : selection_) out.push_back(layer.download());
+  return out;
+}
+
+std::vector<std::vector<int32_t>> ModelRunner::last_routes() const {
+  std::vector<std::vector<int32_t>> out;
+  for (const Buffer<int32_t>& layer : routes_) out.push_back(layer.download());
   return out;
 }
 

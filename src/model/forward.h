@@ -66,6 +66,10 @@ class ModelRunner {
   // layers, empty on dense ones), copied to the host. Kept so tests and callers can check that
   // selection is really sparse. Steps of the recorded shape keep none unless need_selection.
   std::vector<std::vector<int32_t>> last_selection() const;
+  // The experts the router chose in the last step, per layer ([T, top_k] in the router's order
+  // on MoE layers, empty on dense ones), copied to the host; kept like last_selection (tests
+  // compare two engines' routing, since one expert more or less moves a token far).
+  std::vector<std::vector<int32_t>> last_routes() const;
 
   const ModelConfig& config() const { return config_; }
 
@@ -87,7 +91,9 @@ class ModelRunner {
 
   void attention(int64_t layer, const Step& step, const float* x, float* out, bool keep_selection);
   void mlp(const MlpWeights& w, const float* x, int64_t rows, float* out);
-  void moe(const MoeWeights& w, const float* x, int64_t rows, float* out);
+  // kept_routes, when given, receives the router's expert ids [rows, top_k].
+  void moe(const MoeWeights& w, const float* x, int64_t rows, float* out,
+           Buffer<int32_t>* kept_routes = nullptr);
   // The routed experts' outputs y [rows x top_k, hidden], grouped by expert.
   void routed_nvfp4(const MoeWeights& w, const float* x, int64_t rows, const Buffer<int32_t>& offsets,
                     const Buffer<int32_t>& pair_of_row, Buffer<float>& y);
@@ -103,6 +109,7 @@ class ModelRunner {
   KvMemory& cache_;
   const ResidentWeights& resident_;
   std::vector<Buffer<int32_t>> selection_;
+  std::vector<Buffer<int32_t>> routes_;
   Buffer<float> eager_logits_;  // the last eager step's logits
 
   // A recorded decode step: its inputs and logits live in these buffers between replays.

@@ -54,8 +54,10 @@ struct Greedy {
   std::vector<int32_t> tokens;
   std::vector<float> logits;  // [steps, vocab]
   std::vector<std::vector<int32_t>> prompt_selection;
-  // With keep_selections: the MSA selection behind each step's logits (GenerateResult's).
-  std::vector<std::vector<std::vector<int32_t>>> selections;
+  // With keep_selections: the MSA selection and the routed experts behind each step's logits,
+  // and every prompt token's experts (GenerateResult's).
+  std::vector<std::vector<std::vector<int32_t>>> selections, routes;
+  std::vector<std::vector<int32_t>> prompt_routes;
 };
 
 // keep_selections runs the decode steps op by op (a recorded step reports no selection).
@@ -78,7 +80,7 @@ Greedy run(const LoadedModel& m, PageDType cache, const std::vector<int32_t>& pr
   GenerateResult res = g.generate(r);
   if (recorded != nullptr) *recorded = g.runner().recorded_graphs();
   return {std::move(res.tokens), std::move(res.step_logits), std::move(res.prompt_selection),
-          std::move(res.step_selections)};
+          std::move(res.step_selections), std::move(res.step_routes), std::move(res.prompt_routes)};
 }
 
 double budget(PageDType cache, const LoadedModel& m) {
@@ -102,19 +104,33 @@ int64_t differing_ids(const std::vector<std::vector<int32_t>>& a, const std::vec
 // decides what a near-tie is where the greedy paths part: a cached index key one code step
 // apart can swap an MSA block at a near-tie in any decode step, and a block more or less moves
 // that step's logits beyond any budget; the largest difference is printed. Where both sides
-// kept every step's selection, a strict comparison holds while the selections agree and goes
-// on from the first step whose selections differ as a quantized cache's does.
+// kept every step's selection and routing, a strict comparison holds while both agree (the
+// prompt's routing included) and goes on from the first step where either differs as a
+// quantized cache's does: a router choosing between two experts whose scores are a near-tie
+// apart swaps an expert, which moves that token's output as far as a swapped block does.
 int64_t expect_same_greedy(const Greedy& cpu, const Greedy& gpu, int64_t vocab, double rel,
                            const std::string& what, bool strict = true) {
   EXPECT_EQ(cpu.tokens.size(), gpu.tokens.size()) << what;
   double worst = 0;
   int64_t step = 0;
   const auto selections = static_cast<int64_t>(std::min(cpu.selections.size(), gpu.selections.size()));
+  const auto routes = static_cast<int64_t>(std::min(cpu.routes.size(), gpu.routes.size()));
+  if (strict && cpu.prompt_routes != gpu.prompt_routes) {
+    std::printf("[  NOTE    ] %s: the prompt's routing differs in %lld expert ids; a near-tie rule from here\n",
+                what.c_str(), static_cast<long long>(differing_ids(cpu.prompt_routes, gpu.prompt_routes)));
+    strict = false;
+  }
   for (; step < static_cast<int64_t>(std::min(cpu.tokens.size(), gpu.tokens.size())); ++step) {
     if (strict && step < selections && cpu.selections[step] != gpu.selections[step]) {
       std::printf("[  NOTE    ] %s: step %lld's selection differs in %lld ids; a near-tie rule from here\n",
                   what.c_str(), static_cast<long long>(step),
                   static_cast<long long>(differing_ids(cpu.selections[step], gpu.selections[step])));
+      strict = false;
+    }
+    if (strict && step < routes && cpu.routes[step] != gpu.routes[step]) {
+      std::printf("[  NOTE    ] %s: step %lld's routing differs in %lld expert ids; a near-tie rule from here\n",
+                  what.c_str(), static_cast<long long>(step),
+                  static_cast<long long>(differing_ids(cpu.routes[step], gpu.routes[step])));
       strict = false;
     }
     const float* c = &cpu.logits[step * vocab];
@@ -250,10 +266,11 @@ TEST_F(EngineOnGpu, Mxfp8HeldProjectionsAgreeWithTheCpu) {
 // fall on either side of a 16-bit rounding boundary, by one 16-bit ulp, so the engines part
 // further than with FP32 operands (logits up to 3e-3 of the largest against 3e-4, measured at
 // 4K). That is enough to tip the indexer between two near-tied blocks, and one block more or
-// less moves a token's attention by that block's share, far past any rounding budget. So the
-// logits are held to the budget only when the prompt's last token chose the same blocks on
-// both; otherwise the greedy tokens are checked (a different token only at a near-tie) and the
-// difference is reported.
+// less moves a token's attention by that block's share, far past any rounding budget; so can
+// a router between two near-tied experts, in any prompt token or step. So the logits are held
+// to the budget while both engines chose the same blocks and experts; from the first step
+// where they did not, the greedy tokens are checked (a different token only at a near-tie) and
+// the difference is reported.
 TEST_F(EngineOnGpu, SixteenBitAttentionOperandsAgreeWithTheCpu) {
   const std::string dir = model_dir("FP4_DEFAULT_MODEL");
   ASSERT_FALSE(dir.empty()) << "FP4_DEFAULT_MODEL must name the built-in model's directory";

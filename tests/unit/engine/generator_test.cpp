@@ -5,6 +5,7 @@
 // bitwise identical logits: these tests demand exact equality, not a tolerance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "engine/generator.h"
@@ -109,6 +110,31 @@ TEST_P(GeneratorTest, StepSelectionsFollowEachStepAndChangeNothing) {
       }
     }
   }
+  // The routing: every prompt token's and every step's top_k distinct experts, ascending; the
+  // first step's are the prompt's last token's.
+  const int64_t k = m.config.num_experts_per_tok, experts = m.config.num_experts;
+  EXPECT_TRUE(plain.prompt_routes.empty() && plain.step_routes.empty());
+  ASSERT_EQ(kept.prompt_routes.size(), m.weights.layers.size());
+  ASSERT_EQ(kept.step_routes.size(), kept.tokens.size());
+  int64_t moe_layers = 0;
+  for (size_t layer = 0; layer < m.weights.layers.size(); ++layer) {
+    const bool moe = m.weights.layers[layer].moe;
+    moe_layers += moe;
+    const std::vector<int32_t>& prompt = kept.prompt_routes[layer];
+    ASSERT_EQ(static_cast<int64_t>(prompt.size()), moe ? 900 * k : 0) << "layer " << layer;
+    for (size_t i = 0; i < kept.step_routes.size(); ++i) {
+      const std::vector<int32_t>& ids = kept.step_routes[i].at(layer);
+      ASSERT_EQ(static_cast<int64_t>(ids.size()), moe ? k : 0) << "step " << i << ", layer " << layer;
+      for (int64_t j = 0; j < static_cast<int64_t>(ids.size()); ++j) {
+        EXPECT_TRUE(ids[j] >= 0 && ids[j] < experts && (j == 0 || ids[j - 1] < ids[j]))
+            << "step " << i << ", layer " << layer << ": expert " << ids[j];
+      }
+      if (i == 0) {
+        EXPECT_TRUE(std::equal(ids.begin(), ids.end(), prompt.end() - static_cast<int64_t>(ids.size())));
+      }
+    }
+  }
+  EXPECT_GT(moe_layers, 0) << "the model has no routing to report";
 }
 
 TEST_P(GeneratorTest, CachedPrefixGivesTheSameTokensAndReturnsEveryPage) {
