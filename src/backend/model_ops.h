@@ -284,12 +284,16 @@ struct ExpertGemmParams {
 
 // MoE routing: s = sigmoid(logits); the top_k experts by s + bias (bias may be null; ties to the
 // lower expert id) are chosen, in descending order of s + bias, with weights s / sum(s chosen).
+// forced_ids (the CPU reference only) names each token's top_k distinct experts instead, in any
+// order: they are ordered and weighted as a choice of those experts is, so one engine can take
+// another's discrete choices and be compared on the arithmetic alone.
 struct RouterParams {
   const float* logits = nullptr;  // [tokens, experts], FP32
   const float* bias = nullptr;    // [experts] or nullptr
   int64_t tokens = 0, experts = 0, top_k = 0;
   int32_t* expert_ids = nullptr;  // [tokens, top_k]
   float* weights = nullptr;       // [tokens, top_k]
+  const int32_t* forced_ids = nullptr;  // [tokens, top_k] or nullptr
 };
 
 }  // namespace fp4

@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/int_math.h"
 #include "engine/device_sampler.h"
+#include "sampling/logprobs.h"
 
 namespace fp4::engine {
 namespace {
@@ -18,6 +19,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 int64_t pages_for(const GeneratorOptions& o, int64_t max_total_tokens) {
   return o.num_pages > 0 ? o.num_pages : ceil_div(max_total_tokens, int64_t{kvcache::kPageTokens});
 }
+
 
 }  // namespace
 
@@ -77,6 +79,34 @@ std::vector<std::vector<int32_t>> Generator::sorted_routes() const {
   return out;
 }
 
+model::ForcedChoices Generator::prompt_choices(const GenerateResult& followed, int64_t first, int64_t n) const {
+  const model::ModelConfig& c = model_.config;
+  const int64_t k = c.num_experts_per_tok, heads = c.num_kv_heads, topk = c.sparse_topk_blocks;
+  model::ForcedChoices f;
+  f.routes.resize(static_cast<size_t>(c.num_layers));
+  f.selection.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::vector<int32_t>& routes = followed.prompt_routes[l];
+    if (!routes.empty()) f.routes[l].assign(routes.begin() + first * k, routes.begin() + (first + n) * k);
+    const std::vector<int32_t>& sel = followed.prompt_selections[l];
+    if (sel.empty()) continue;
+    const int64_t run = static_cast<int64_t>(sel.size()) / (heads * topk);  // [heads, run, topk]
+    for (int64_t h = 0; h < heads; ++h) {
+      const auto from = sel.begin() + (h * run + first) * topk;
+      f.selection[l].insert(f.selection[l].end(), from, from + n * topk);
+    }
+  }
+  return f;
+}
+
+model::ForcedChoices Generator::step_choices(const GenerateResult& followed, int64_t step) const {
+  // Entry step + 1 of step_routes and step_selections is the step that fed tokens[step].
+  model::ForcedChoices f;
+  f.routes = followed.step_routes.at(static_cast<size_t>(step + 1));
+  f.selection = followed.step_selections.at(static_cast<size_t>(step + 1));
+  return f;
+}
+
 GenerateResult Generator::generate(const GenerateRequest& r,
                                    const std::function<bool(int32_t)>& on_token) {
   const model::ModelConfig& c = model_.config;
@@ -92,6 +122,18 @@ GenerateResult Generator::generate(const GenerateRequest& r,
             "prompt ({} tokens) + max_tokens ({}) = {} exceeds the model's context of {} tokens",
             r.prompt.size(), r.max_tokens, total, c.max_position_embeddings);
 
+  const GenerateResult* follow = r.follow;
+  if (follow != nullptr) {
+    const size_t steps = follow->tokens.size(), layers = static_cast<size_t>(c.num_layers);
+    FP4_CHECK(steps >= 1 && static_cast<int64_t>(steps) <= r.max_tokens && follow->step_routes.size() == steps &&
+                  follow->step_selections.size() == steps && follow->prompt_routes.size() == layers &&
+                  follow->prompt_selections.size() == layers,
+              "the followed run must have kept its choices (keep_selections) for 1 to max_tokens ({}) tokens and "
+              "{} layers; it has {} tokens, {} steps' routing, {} steps' selections, {} and {} layers of the "
+              "prompt's", r.max_tokens, layers, steps, follow->step_routes.size(), follow->step_selections.size(),
+              follow->prompt_routes.size(), follow->prompt_selections.size());
+  }
+
   GenerateResult out;
   const kvcache::SeqId seq = next_seq_++;
   const std::optional<int64_t> hit = manager_.add_sequence(seq, r.prompt);
@@ -104,6 +146,17 @@ GenerateResult Generator::generate(const GenerateRequest& r,
     kvcache::SeqId s;
     ~Release() { m.free(s); }
   } release{manager_, seq};
+  const int64_t prompt_run = static_cast<int64_t>(r.prompt.size()) - *hit;
+  if (follow != nullptr) {
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const int64_t routed = static_cast<int64_t>(follow->prompt_routes[l].size());
+      const int64_t selected = static_cast<int64_t>(follow->prompt_selections[l].size());
+      FP4_CHECK((routed == 0 || routed == prompt_run * c.num_experts_per_tok) &&
+                    (selected == 0 || selected == prompt_run * c.num_kv_heads * c.sparse_topk_blocks),
+                "layer {}: the followed run's prompt choices ({} expert ids, {} block ids) are not for the {} "
+                "prompt tokens this run computes", l, routed, selected, prompt_run);
+    }
+  }
 
   std::vector<int32_t> eos(r.stop_token_ids);
   if (!r.ignore_eos) eos.insert(eos.end(), c.eos_token_ids.begin(), c.eos_token_ids.end());
@@ -111,17 +164,21 @@ GenerateResult Generator::generate(const GenerateRequest& r,
   counts.add_prompt(r.prompt);
   const uint64_t seed = sampling::request_seed(r.sampling);
 
-  // Where the backend samples on the device the logits stay there, unless the caller keeps them.
-  const bool on_device = model_.backend->samples_on_device() && !r.keep_logits;
+  // Where the backend samples on the device the logits stay there, unless the caller keeps them
+  // (or a followed run's tokens are scored on the host).
+  const bool on_device = model_.backend->samples_on_device() && !r.keep_logits && follow == nullptr;
   std::vector<float> logits;
   const float* device_logits = nullptr;
-  auto forward = [&](const model::StepBatch& b, bool need_selection) {
+  auto forward = [&](const model::StepBatch& b, bool need_selection, const model::ForcedChoices* forced) {
     if (on_device) {
-      device_logits = runner_.forward_on_device(b, need_selection);
+      device_logits = runner_.forward_on_device(b, need_selection, forced);
     } else {
-      logits = runner_.forward(b, need_selection);
+      logits = runner_.forward(b, need_selection, forced);
     }
   };
+  // Per layer and KV head, the prompt's selections as the chunks give them ([heads, run, topk]
+  // once joined).
+  std::vector<std::vector<std::vector<int32_t>>> prompt_selections;
 
   // Prefill in chunks; the last chunk's final row gives the first token's logits.
   auto start = std::chrono::steady_clock::now();
@@ -130,11 +187,24 @@ GenerateResult Generator::generate(const GenerateRequest& r,
                                         static_cast<int64_t>(r.prompt.size()) - pos);
     const std::vector<int32_t> chunk(r.prompt.begin() + pos, r.prompt.begin() + pos + n);
     const bool last = pos + n == static_cast<int64_t>(r.prompt.size());
-    forward(step_for(seq, chunk, pos), /*need_selection=*/last || r.keep_selections);
+    model::ForcedChoices forced;
+    if (follow != nullptr) forced = prompt_choices(*follow, pos - *hit, n);
+    forward(step_for(seq, chunk, pos), /*need_selection=*/last || r.keep_selections,
+            follow != nullptr ? &forced : nullptr);
     manager_.append(seq, chunk);
     pos += n;
     if (last) out.prompt_selection = last_token_selection(n);
     if (r.keep_selections) {
+      const std::vector<std::vector<int32_t>> selection = runner_.last_selection();
+      const int64_t heads = c.num_kv_heads;
+      prompt_selections.resize(selection.size(), std::vector<std::vector<int32_t>>(static_cast<size_t>(heads)));
+      for (size_t l = 0; l < selection.size(); ++l) {
+        const int64_t per_head = static_cast<int64_t>(selection[l].size()) / heads;  // [heads, n, topk]
+        for (int64_t h = 0; h < heads && per_head > 0; ++h) {
+          prompt_selections[l][h].insert(prompt_selections[l][h].end(), selection[l].begin() + h * per_head,
+                                         selection[l].begin() + (h + 1) * per_head);
+        }
+      }
       std::vector<std::vector<int32_t>> routes = sorted_routes();
       out.prompt_routes.resize(routes.size());
       for (size_t l = 0; l < routes.size(); ++l) {
@@ -143,6 +213,10 @@ GenerateResult Generator::generate(const GenerateRequest& r,
     }
   }
   if (r.keep_selections) {
+    for (const std::vector<std::vector<int32_t>>& layer : prompt_selections) {
+      std::vector<int32_t>& joined = out.prompt_selections.emplace_back();
+      for (const std::vector<int32_t>& head : layer) joined.insert(joined.end(), head.begin(), head.end());
+    }
     out.step_selections.push_back(out.prompt_selection);
     const int64_t k = model_.config.num_experts_per_tok;
     std::vector<std::vector<int32_t>>& first = out.step_routes.emplace_back();
@@ -173,7 +247,14 @@ GenerateResult Generator::generate(const GenerateRequest& r,
         }
         row = &masked;
       }
-      s = sampling::sample(*row, r.sampling, counts, seed, step);
+      if (follow != nullptr) {
+        s.token = follow->tokens[static_cast<size_t>(step)];
+        FP4_CHECK(s.token >= 0 && s.token < c.vocab_size, "the followed run's token {} is outside the vocabulary",
+                  s.token);
+        if (r.sampling.logprobs >= 0) sampling::fill_logprobs(*row, r.sampling.logprobs, s);  // as sample() does
+      } else {
+        s = sampling::sample(*row, r.sampling, counts, seed, step);
+      }
       if (r.keep_logits) out.step_logits.insert(out.step_logits.end(), logits.begin(), logits.end());
     }
     out.tokens.push_back(s.token);
@@ -181,11 +262,15 @@ GenerateResult Generator::generate(const GenerateRequest& r,
     counts.add_output(s.token);
     const bool stop = std::find(eos.begin(), eos.end(), s.token) != eos.end();
     if (stop) out.finish_reason = "stop";
-    if ((on_token && !on_token(s.token)) || stop || step + 1 == r.max_tokens) break;
+    const bool followed_all = follow != nullptr && step + 1 == static_cast<int64_t>(follow->tokens.size());
+    if ((on_token && !on_token(s.token)) || stop || step + 1 == r.max_tokens || followed_all) break;
     FP4_CHECK(manager_.allocate(seq, 1), "the KV cache ran out of pages at {} tokens",
               manager_.num_tokens(seq));
     const int64_t pos = manager_.num_tokens(seq);
-    forward(step_for(seq, {s.token}, pos), /*need_selection=*/r.keep_selections);
+    model::ForcedChoices forced;
+    if (follow != nullptr) forced = step_choices(*follow, step);
+    forward(step_for(seq, {s.token}, pos), /*need_selection=*/r.keep_selections,
+            follow != nullptr ? &forced : nullptr);
     manager_.append(seq, std::span<const int32_t>(&s.token, 1));
     if (r.keep_selections) {
       out.step_selections.push_back(last_token_selection(1));

@@ -15,6 +15,8 @@
 
 namespace fp4::engine {
 
+struct GenerateResult;
+
 struct GenerateRequest {
   std::vector<int32_t> prompt;            // token ids, at least one
   int64_t max_tokens = 16;
@@ -24,6 +26,12 @@ struct GenerateRequest {
   bool ignore_eos = false;
   bool keep_logits = false;                // return every step's logits (tests, fidelity)
   bool keep_selections = false;            // return every step's MSA selection and routing (tests)
+  // Another run's choices for this one to take (teacher forcing, for tests that compare two
+  // engines' arithmetic on the same discrete choices): its tokens instead of sampled ones (each
+  // one's logprob under this run's logits), and at every step its routed experts and MSA
+  // selection, as it returned them with keep_selections. Its prompt must be this one's, with the
+  // same tokens run (no other cached prefix); routing is forced on the CPU reference only.
+  const GenerateResult* follow = nullptr;
 };
 
 struct GenerateResult {
@@ -42,6 +50,9 @@ struct GenerateResult {
   // layers), and per step, as step_selections, per layer the top_k of that step's token.
   std::vector<std::vector<int32_t>> prompt_routes;
   std::vector<std::vector<std::vector<int32_t>>> step_routes;
+  // With keep_selections, per layer the selection of every prompt token run: [kv_heads, prompt
+  // tokens run, topk] (empty for dense layers).
+  std::vector<std::vector<int32_t>> prompt_selections;
   std::string finish_reason;               // "stop" or "length"
   int64_t cached_prompt_tokens = 0;
   double prefill_seconds = 0;
@@ -73,6 +84,10 @@ class Generator {
   std::vector<std::vector<int32_t>> last_token_selection(int64_t tokens) const;
   // The step's routing, per layer [tokens, top_k], each token's ids sorted.
   std::vector<std::vector<int32_t>> sorted_routes() const;
+  // A followed run's choices for prompt tokens [first, first + n) of those it ran, or for the
+  // decode step that feeds its token `step` (the choices behind its logits for token step + 1).
+  model::ForcedChoices prompt_choices(const GenerateResult& followed, int64_t first, int64_t n) const;
+  model::ForcedChoices step_choices(const GenerateResult& followed, int64_t step) const;
 
   const LoadedModel& model_;
   GeneratorOptions options_;

@@ -82,15 +82,21 @@ void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t rows, float* 
 }
 
 void ModelRunner::moe(const MoeWeights& w, const float* x, int64_t rows, float* out,
-                      Buffer<int32_t>* kept_routes) {
+                      Buffer<int32_t>* kept_routes, const std::vector<int32_t>& forced_routes) {
   const int64_t h = config_.hidden_size, k = config_.num_experts_per_tok;
   const int64_t pairs = rows * k, experts = config_.num_experts;
   Buffer<float> logits = floats(rows * experts), weights = floats(pairs);
   linear(w.router, x, rows, logits.data());
   Buffer<int32_t> ids(backend_, static_cast<size_t>(pairs));
+  Buffer<int32_t> forced;
+  if (!forced_routes.empty()) {
+    FP4_CHECK(static_cast<int64_t>(forced_routes.size()) == pairs,
+              "forced routing holds {} expert ids, not tokens {} x top_k {}", forced_routes.size(), rows, k);
+    forced = Buffer<int32_t>(backend_, forced_routes);
+  }
   backend_.router({.logits = logits.data(), .bias = resident_(w.bias), .tokens = rows,
                    .experts = experts, .top_k = k, .expert_ids = ids.data(),
-                   .weights = weights.data()});
+                   .weights = weights.data(), .forced_ids = forced.data()});
   // Group the (token, slot) pairs by expert so each expert runs once on all its tokens.
   Buffer<int32_t> offsets(backend_, static_cast<size_t>(experts + 1));
   Buffer<int32_t> pair_of_row(backend_, static_cast<size_t>(pairs));
@@ -160,7 +166,7 @@ void ModelRunner::routed_f32(const MoeWeights& w, const float* x, int64_t rows,
 }
 
 void ModelRunner::attention(int64_t layer_index, const Step& step, const float* x, float* out,
-                            bool keep_selection) {
+                            bool keep_selection, const std::vector<int32_t>& forced_selection) {
   const LayerWeights& layer = weights_.layers[layer_index];
   const AttentionWeights& w = layer.attn;
   LayerCache& cache = cache_.layer(layer_index);
@@ -211,14 +217,23 @@ void ModelRunner::attention(int64_t layer_index, const Step& step, const float* 
   Buffer<int32_t> local_selection;
   if (layer.sparse) {
     Buffer<int32_t>& sel = keep_selection ? selection_[layer_index] : local_selection;
-    sel = Buffer<int32_t>(backend_, static_cast<size_t>(c.num_kv_heads * t * c.sparse_topk_blocks));
-    backend_.indexer_topk({.ctx = step.ctx, .layout = &cache.index, .pool = cache.index_pages.data(),
-                           .num_pages = cache_.num_pages(), .scale = cache.index_scale,
-                           .index_q = iq_out.data(), .heads = c.num_index_heads,
-                           .head_dim = c.index_head_dim, .topk = c.sparse_topk_blocks,
-                           .init_blocks = c.sparse_init_blocks,
-                           .local_blocks = c.sparse_local_blocks, .selected = sel.data(),
-                           .query_format = cache_.formats().index_query});
+    const int64_t ids = c.num_kv_heads * t * c.sparse_topk_blocks;
+    sel = Buffer<int32_t>(backend_, static_cast<size_t>(ids));
+    if (!forced_selection.empty()) {
+      // The index K is still cached above (pre_attention); only the choice is taken.
+      FP4_CHECK(static_cast<int64_t>(forced_selection.size()) == ids,
+                "layer {}: the forced selection holds {} block ids, not kv_heads {} x tokens {} x topk {}",
+                layer_index, forced_selection.size(), c.num_kv_heads, t, c.sparse_topk_blocks);
+      sel.upload(forced_selection);
+    } else {
+      backend_.indexer_topk({.ctx = step.ctx, .layout = &cache.index, .pool = cache.index_pages.data(),
+                             .num_pages = cache_.num_pages(), .scale = cache.index_scale,
+                             .index_q = iq_out.data(), .heads = c.num_index_heads,
+                             .head_dim = c.index_head_dim, .topk = c.sparse_topk_blocks,
+                             .init_blocks = c.sparse_init_blocks,
+                             .local_blocks = c.sparse_local_blocks, .selected = sel.data(),
+                             .query_format = cache_.formats().index_query});
+    }
     selected = sel.data();
   }
   Buffer<float> attn = floats(t * c.num_heads * c.head_dim);
@@ -233,33 +248,40 @@ void ModelRunner::attention(int64_t layer_index, const Step& step, const float* 
   linear(w.o, attn.data(), t, out);
 }
 
-std::vector<float> ModelRunner::forward(const StepBatch& b, bool need_selection) {
-  const float* logits = forward_on_device(b, need_selection);
+std::vector<float> ModelRunner::forward(const StepBatch& b, bool need_selection, const ForcedChoices* forced) {
+  const float* logits = forward_on_device(b, need_selection, forced);
   std::vector<float> host(b.logit_rows.size() * static_cast<size_t>(config_.vocab_size));
   backend_.copy_to_host(host.data(), logits, host.size() * sizeof(float));
   return host;
 }
 
-const float* ModelRunner::forward_on_device(const StepBatch& b, bool need_selection) {
+const float* ModelRunner::forward_on_device(const StepBatch& b, bool need_selection, const ForcedChoices* forced) {
   check_batch(b, config_, cache_.num_pages());
+  FP4_CHECK(forced == nullptr || (static_cast<int64_t>(forced->routes.size()) == config_.num_layers &&
+                                  static_cast<int64_t>(forced->selection.size()) == config_.num_layers),
+            "forced choices name {} and {} layers' routing and selection, not the model's {}",
+            forced != nullptr ? forced->routes.size() : 0, forced != nullptr ? forced->selection.size() : 0,
+            config_.num_layers);
   selection_.clear();
   selection_.resize(static_cast<size_t>(config_.num_layers));
   routes_.clear();
   routes_.resize(static_cast<size_t>(config_.num_layers));
   eager_logits_ = {};
-  if (!need_selection && graph_shaped(b)) return forward_graph(pad_blocks(b));
-  return run_eager(b, true);
+  if (!need_selection && forced == nullptr && graph_shaped(b)) return forward_graph(pad_blocks(b));
+  return run_eager(b, true, forced);
 }
 
-const float* ModelRunner::run_eager(const StepBatch& b, bool keep_selection) {
+const float* ModelRunner::run_eager(const StepBatch& b, bool keep_selection, const ForcedChoices* forced) {
   const Step step = upload(b);
   const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
   eager_logits_ = floats(rows * config_.vocab_size);
-  run(step, rows, eager_logits_.data(), keep_selection);
+  run(step, rows, eager_logits_.data(), keep_selection, forced);
   return eager_logits_.data();
 }
 
-void ModelRunner::run(const Step& step, int64_t rows, float* logits, bool keep_selection) {
+void ModelRunner::run(const Step& step, int64_t rows, float* logits, bool keep_selection,
+                      const ForcedChoices* forced) {
+  static const std::vector<int32_t> kNone;
   const ModelConfig& c = config_;
   const int64_t t = step.ctx.tokens, h = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -278,10 +300,11 @@ void ModelRunner::run(const Step& step, int64_t rows, float* logits, bool keep_s
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& layer = weights_.layers[l];
     add_norm(l == 0 ? nullptr : delta.data(), layer.input_norm);
-    attention(l, step, normed.data(), delta.data(), keep_selection);
+    attention(l, step, normed.data(), delta.data(), keep_selection, forced != nullptr ? forced->selection[l] : kNone);
     add_norm(delta.data(), layer.post_attention_norm);
     if (layer.moe) {
-      moe(layer.moe_weights, normed.data(), t, delta.data(), keep_selection ? &routes_[l] : nullptr);
+      moe(layer.moe_weights, normed.data(), t, delta.data(), keep_selection ? &routes_[l] : nullptr,
+          forced != nullptr ? forced->routes[l] : kNone);
     } else {
       mlp(layer.mlp, normed.data(), t, delta.data());
     }

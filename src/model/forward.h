@@ -31,6 +31,17 @@ struct StepBatch {
   std::vector<int32_t> logit_rows;    // the rows whose next-token logits are wanted
 };
 
+// Discrete choices a step takes instead of making them, per layer (an empty entry: that layer
+// chooses for itself): the routed experts [T, top_k] of an MoE layer and the selected blocks
+// [kv_heads, T, topk] of an MSA layer, in last_routes' and last_selection's layouts. A test
+// gives one engine another's choices (teacher forcing), so that the two are compared on their
+// arithmetic alone: one expert or block chosen differently at a near-tie moves a token further
+// than any rounding budget. Routing is forced on backends whose router takes forced ids (the
+// CPU reference's).
+struct ForcedChoices {
+  std::vector<std::vector<int32_t>> routes, selection;
+};
+
 class ModelRunner {
  public:
   // Everything given must outlive the runner; `resident` holds `weights` where `backend` reads
@@ -46,10 +57,13 @@ class ModelRunner {
   // recording serves many context lengths. The first step of a shape records, the rest replay.
   // The padding applies with graphs off too, so both give the same bits. need_selection: run
   // the step so that last_selection() reports it (never from a recording).
-  std::vector<float> forward(const StepBatch& batch, bool need_selection = false);
+  // forced: choices the step takes instead of its own (never from a recording).
+  std::vector<float> forward(const StepBatch& batch, bool need_selection = false,
+                             const ForcedChoices* forced = nullptr);
   // The same step with its logits left where the backend computed them: [logit_rows.size(),
   // vocab_size], valid until the next step (for sampling on the device).
-  const float* forward_on_device(const StepBatch& batch, bool need_selection = false);
+  const float* forward_on_device(const StepBatch& batch, bool need_selection = false,
+                                 const ForcedChoices* forced = nullptr);
 
   static constexpr int64_t kMaxGraphTokens = 256;
   // Recordings kept at most; steps of further shapes run op by op. Each holds its inputs and
@@ -81,19 +95,23 @@ class ModelRunner {
   };
   Step upload(const StepBatch& b);
   // The whole step's ops, writing logits [rows, vocab]; no host reads when graph_safe_.
-  void run(const Step& step, int64_t rows, float* logits, bool keep_selection);
+  void run(const Step& step, int64_t rows, float* logits, bool keep_selection,
+           const ForcedChoices* forced = nullptr);
   // The step op by op: its indices uploaded, run, its logits in eager_logits_.
-  const float* run_eager(const StepBatch& b, bool keep_selection);
+  const float* run_eager(const StepBatch& b, bool keep_selection, const ForcedChoices* forced = nullptr);
   // Decode steps: their block tables padded (graph shapes), then recorded or replayed.
   bool graph_shaped(const StepBatch& b) const;
   static StepBatch pad_blocks(const StepBatch& b);
   const float* forward_graph(const StepBatch& b);
 
-  void attention(int64_t layer, const Step& step, const float* x, float* out, bool keep_selection);
+  // forced_selection: [kv_heads, T, topk] blocks taken instead of the indexer's, or empty.
+  void attention(int64_t layer, const Step& step, const float* x, float* out, bool keep_selection,
+                 const std::vector<int32_t>& forced_selection = {});
   void mlp(const MlpWeights& w, const float* x, int64_t rows, float* out);
-  // kept_routes, when given, receives the router's expert ids [rows, top_k].
+  // kept_routes, when given, receives the router's expert ids [rows, top_k]; forced_routes,
+  // when not empty, are the experts [rows, top_k] the router takes instead of its own.
   void moe(const MoeWeights& w, const float* x, int64_t rows, float* out,
-           Buffer<int32_t>* kept_routes = nullptr);
+           Buffer<int32_t>* kept_routes = nullptr, const std::vector<int32_t>& forced_routes = {});
   // The routed experts' outputs y [rows x top_k, hidden], grouped by expert.
   void routed_nvfp4(const MoeWeights& w, const float* x, int64_t rows, const Buffer<int32_t>& offsets,
                     const Buffer<int32_t>& pair_of_row, Buffer<float>& y);

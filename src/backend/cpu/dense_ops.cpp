@@ -171,6 +171,14 @@ void gated_activation(const GatedActivationParams& p) {
 void router(const RouterParams& p) {
   FP4_CHECK(p.top_k > 0 && p.top_k <= p.experts, "router: top_k {} must be in [1, {}]", p.top_k,
             p.experts);
+  for (int64_t t = 0; p.forced_ids != nullptr && t < p.tokens; ++t) {
+    const int32_t* forced = p.forced_ids + t * p.top_k;
+    for (int64_t i = 0; i < p.top_k; ++i) {
+      FP4_CHECK(forced[i] >= 0 && forced[i] < p.experts && std::find(forced, forced + i, forced[i]) == forced + i,
+                "router: token {}'s forced experts must be {} distinct ids below {}; entry {} is {}", t, p.top_k,
+                p.experts, i, forced[i]);
+    }
+  }
   parallel_for_cost(p.tokens, 30 * p.experts, [&](int64_t t0, int64_t t1) {
     std::vector<float> score(static_cast<size_t>(p.experts));
     std::vector<float> choice(static_cast<size_t>(p.experts));
@@ -180,11 +188,14 @@ void router(const RouterParams& p) {
         score[e] = sigmoid(p.logits[t * p.experts + e]);
         choice[e] = score[e] + (p.bias != nullptr ? p.bias[e] : 0.0f);
       }
-      std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + p.top_k, order.end(),
-                        [&](int32_t a, int32_t b) {
-                          return choice[a] != choice[b] ? choice[a] > choice[b] : a < b;
-                        });
+      auto before = [&](int32_t a, int32_t b) { return choice[a] != choice[b] ? choice[a] > choice[b] : a < b; };
+      if (p.forced_ids != nullptr) {
+        std::copy_n(p.forced_ids + t * p.top_k, p.top_k, order.begin());
+        std::sort(order.begin(), order.begin() + p.top_k, before);
+      } else {
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + p.top_k, order.end(), before);
+      }
       float sum = 0.0f;
       for (int64_t i = 0; i < p.top_k; ++i) sum += score[order[i]];
       for (int64_t i = 0; i < p.top_k; ++i) {

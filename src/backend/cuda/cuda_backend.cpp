@@ -363,7 +363,10 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   Buffer<uint8_t> workspace(*this, cuda::paged_attention_workspace_bytes(p, attention_));
   cuda::paged_attention(p, workspace.data(), workspace.size(), stream_, attention_);
 }
-void CudaBackend::router(const RouterParams& p) { cuda::router(p, stream_); }
+void CudaBackend::router(const RouterParams& p) {
+  FP4_CHECK(p.forced_ids == nullptr, "cuda router: forced experts are the CPU reference's (it follows another engine)");
+  cuda::router(p, stream_);
+}
 void CudaBackend::moe_dispatch(const MoeDispatchParams& p) { cuda::moe_dispatch(p, stream_); }
 void CudaBackend::moe_gather(const MoeGatherParams& p) { cuda::moe_gather(p, stream_); }
 void CudaBackend::expert_gemm(const ExpertGemmParams& p) {

@@ -17,6 +17,7 @@
 #include "formats/e4m3_query.h"
 #include "formats/minifloat.h"
 #include "formats/mxfp8.h"
+#include "tests/support/expect_error.h"
 #include "tests/support/paged_batch.h"
 #include "tests/support/random.h"
 
@@ -148,6 +149,59 @@ TEST(CpuRouter, BiasChoosesExpertsButWeightsComeFromScores) {
       EXPECT_NEAR(weights[t * top_k + i], sig(order[i]) / sum, 16 * kEps32);
     }
   }
+}
+
+// Forced experts: the router's own choice given back in any order reproduces its ids and
+// weights bit for bit; another set is taken, ordered by s + bias and weighted by its own scores;
+// an id out of range or named twice is refused.
+TEST(CpuRouter, ForcedExpertsAreOrderedAndWeightedAsAChoice) {
+  auto rng = testing::seeded_rng(4);
+  const int tokens = 7, experts = 16, top_k = 4;
+  const auto logits = testing::random_floats(tokens * experts, testing::Distribution::kGaussian, rng);
+  const auto bias = testing::random_floats(experts, testing::Distribution::kGaussian, rng);
+  std::vector<int32_t> ids(tokens * top_k), forced_ids(tokens * top_k);
+  std::vector<float> weights(tokens * top_k), forced_weights(tokens * top_k);
+  RouterParams p{.logits = logits.data(), .bias = bias.data(), .tokens = tokens, .experts = experts,
+                 .top_k = top_k, .expert_ids = ids.data(), .weights = weights.data()};
+  cpu::router(p);
+  std::vector<int32_t> reversed = ids;
+  for (int t = 0; t < tokens; ++t) std::reverse(reversed.begin() + t * top_k, reversed.begin() + (t + 1) * top_k);
+  RouterParams f = p;
+  f.expert_ids = forced_ids.data();
+  f.weights = forced_weights.data();
+  f.forced_ids = reversed.data();
+  cpu::router(f);
+  EXPECT_EQ(forced_ids, ids);
+  EXPECT_EQ(forced_weights, weights);
+
+  // Each token takes experts its router did not choose: the top_k it ranks last.
+  std::vector<int32_t> others(tokens * top_k);
+  for (int t = 0; t < tokens; ++t) {
+    std::vector<int32_t> order(experts);
+    std::iota(order.begin(), order.end(), 0);
+    auto choice = [&](int e) { return 1.0f / (1.0f + std::exp(-logits[t * experts + e])) + bias[e]; };
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return choice(a) < choice(b); });
+    std::copy_n(order.begin(), top_k, others.begin() + t * top_k);  // ascending choice: reversed below
+  }
+  f.forced_ids = others.data();
+  cpu::router(f);
+  for (int t = 0; t < tokens; ++t) {
+    auto sig = [&](int e) { return 1.0 / (1.0 + std::exp(-double{logits[t * experts + e]})); };
+    double sum = 0;
+    for (int i = 0; i < top_k; ++i) sum += sig(others[t * top_k + i]);
+    for (int i = 0; i < top_k; ++i) {
+      const int32_t want = others[t * top_k + top_k - 1 - i];  // descending s + bias
+      EXPECT_EQ(forced_ids[t * top_k + i], want);
+      EXPECT_NEAR(forced_weights[t * top_k + i], sig(want) / sum, 16 * kEps32);  // as above
+    }
+  }
+
+  std::vector<int32_t> bad = ids;
+  bad[5] = experts;
+  f.forced_ids = bad.data();
+  testing::expect_error([&] { cpu::router(f); }, {"token 1", "distinct", "16"});
+  bad[5] = bad[4];
+  testing::expect_error([&] { cpu::router(f); }, {"token 1", "distinct"});
 }
 
 using testing::PagedBatch;

@@ -137,6 +137,83 @@ TEST_P(GeneratorTest, StepSelectionsFollowEachStepAndChangeNothing) {
   EXPECT_GT(moe_layers, 0) << "the model has no routing to report";
 }
 
+// A run that follows another's choices (its tokens, routing and MSA selections, as kept by
+// keep_selections) on the same engine repeats it bit for bit; a choice changed in the followed
+// run is taken, and moves exactly the logits after it.
+TEST_P(GeneratorTest, FollowingARunTakesItsTokensRoutingAndSelection) {
+  auto rng = testing::seeded_rng(16);
+  const LoadedModel m = random_model(tiny_m3_config(), rng);
+  const int64_t vocab = m.config.vocab_size, k = m.config.num_experts_per_tok;
+  GenerateRequest r = greedy(random_prompt(900, vocab, rng), 4);
+  r.keep_selections = true;
+  // Prefill chunks of 512 and 388 tokens, so the prompt's choices are followed chunk by chunk.
+  const GenerateResult lead = Generator(m, options(512), 1000).generate(r);
+  ASSERT_EQ(lead.prompt_selections.size(), m.weights.layers.size());
+  const int64_t heads = m.config.num_kv_heads, topk = m.config.sparse_topk_blocks;
+  for (size_t l = 0; l < lead.prompt_selections.size(); ++l) {
+    const int64_t want = m.weights.layers[l].sparse ? heads * 900 * topk : 0;
+    ASSERT_EQ(static_cast<int64_t>(lead.prompt_selections[l].size()), want) << "layer " << l;
+    for (int64_t h = 0; want > 0 && h < heads; ++h) {  // the last prompt token's is prompt_selection's
+      const auto last = lead.prompt_selections[l].begin() + (h * 900 + 899) * topk;
+      EXPECT_TRUE(std::equal(last, last + topk, lead.prompt_selection[l].begin() + h * topk)) << "layer " << l;
+    }
+  }
+
+  GenerateRequest f = r;
+  f.follow = &lead;
+  f.sampling.temperature = 1.0f;  // the followed tokens, not sampled ones
+  const GenerateResult same = Generator(m, options(512), 1000).generate(f);
+  EXPECT_EQ(same.tokens, lead.tokens);
+  EXPECT_EQ(same.step_logits, lead.step_logits);
+  EXPECT_EQ(same.logprobs, lead.logprobs);
+  EXPECT_EQ(same.prompt_routes, lead.prompt_routes);
+  EXPECT_EQ(same.prompt_selections, lead.prompt_selections);
+  EXPECT_EQ(same.step_routes, lead.step_routes);
+  EXPECT_EQ(same.step_selections, lead.step_selections);
+
+  // Another expert for the prompt's last token in the first MoE layer: taken, and every step's
+  // logits move.
+  size_t moe = 0, msa = 0;
+  while (!m.weights.layers[moe].moe) ++moe;
+  while (!m.weights.layers[msa].sparse) ++msa;
+  GenerateResult rerouted = lead;
+  std::vector<int32_t>& routes = rerouted.prompt_routes[moe];
+  const auto last = routes.end() - k;
+  int32_t other = 0;
+  while (std::find(last, routes.end(), other) != routes.end()) ++other;
+  *last = other;
+  std::sort(last, routes.end());
+  f.follow = &rerouted;
+  const GenerateResult moved = Generator(m, options(512), 1000).generate(f);
+  EXPECT_EQ(moved.prompt_routes, rerouted.prompt_routes);
+  EXPECT_EQ(moved.tokens, lead.tokens);
+  ASSERT_EQ(moved.step_logits.size(), lead.step_logits.size());
+  EXPECT_FALSE(std::equal(moved.step_logits.begin(), moved.step_logits.begin() + vocab, lead.step_logits.begin()));
+
+  // One block fewer for the first decode step (entry 1: the step that feeds tokens[0]) in the
+  // first MSA layer: taken; the first step's logits stay, the second's move.
+  GenerateResult reselected = lead;
+  reselected.step_selections[1][msa][0] = -1;
+  f.follow = &reselected;
+  const GenerateResult narrowed = Generator(m, options(512), 1000).generate(f);
+  EXPECT_EQ(narrowed.step_selections, reselected.step_selections);
+  EXPECT_TRUE(std::equal(narrowed.step_logits.begin(), narrowed.step_logits.begin() + vocab, lead.step_logits.begin()));
+  EXPECT_FALSE(std::equal(narrowed.step_logits.begin() + vocab, narrowed.step_logits.begin() + 2 * vocab,
+                          lead.step_logits.begin() + vocab));
+
+  // A run that kept no choices cannot be followed; a prompt of another length cannot follow.
+  GenerateRequest plain = r;
+  plain.keep_selections = false;
+  const GenerateResult unkept = Generator(m, options(512), 1000).generate(plain);
+  Generator g(m, options(512), 1000);
+  f.follow = &unkept;
+  testing::expect_error([&] { g.generate(f); }, {"keep_selections"});
+  f.follow = &lead;
+  f.prompt.pop_back();
+  testing::expect_error([&] { g.generate(f); }, {"899 prompt tokens"});
+  EXPECT_EQ(g.pages().pool().num_free(), g.pages().pool().num_pages());
+}
+
 TEST_P(GeneratorTest, CachedPrefixGivesTheSameTokensAndReturnsEveryPage) {
   auto rng = testing::seeded_rng(13);
   const LoadedModel m = random_model(tiny_m3_config(), rng);
