@@ -20,7 +20,6 @@ int64_t pages_for(const GeneratorOptions& o, int64_t max_total_tokens) {
   return o.num_pages > 0 ? o.num_pages : ceil_div(max_total_tokens, int64_t{kvcache::kPageTokens});
 }
 
-
 }  // namespace
 
 Generator::Generator(const LoadedModel& model, GeneratorOptions options, int64_t max_total_tokens)

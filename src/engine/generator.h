@@ -27,8 +27,8 @@ struct GenerateRequest {
   bool keep_logits = false;                // return every step's logits (tests, fidelity)
   bool keep_selections = false;            // return every step's MSA selection and routing (tests)
   // Another run's choices for this one to take (teacher forcing, for tests that compare two
-  // engines' arithmetic on the same discrete choices): its tokens instead of sampled ones (each
-  // one's logprob under this run's logits), and at every step its routed experts and MSA
+  // engines' arithmetic on the same discrete choices): its tokens instead of sampled ones (their
+  // logprobs, when asked, under this run's logits), and at every step its routed experts and MSA
   // selection, as it returned them with keep_selections. Its prompt must be this one's, with the
   // same tokens run (no other cached prefix); routing is forced on the CPU reference only.
   const GenerateResult* follow = nullptr;
