@@ -131,6 +131,10 @@ GenerateResult Generator::generate(const GenerateRequest& r,
               "{} layers; it has {} tokens, {} steps' routing, {} steps' selections, {} and {} layers of the "
               "prompt's", r.max_tokens, layers, steps, follow->step_routes.size(), follow->step_selections.size(),
               follow->prompt_routes.size(), follow->prompt_selections.size());
+    for (int32_t t : follow->tokens) {
+      FP4_CHECK(t >= 0 && t < c.vocab_size, "the followed run's token {} is outside the vocabulary of {}", t,
+                c.vocab_size);
+    }
   }
 
   GenerateResult out;
@@ -247,9 +251,7 @@ GenerateResult Generator::generate(const GenerateRequest& r,
         row = &masked;
       }
       if (follow != nullptr) {
-        s.token = follow->tokens[static_cast<size_t>(step)];
-        FP4_CHECK(s.token >= 0 && s.token < c.vocab_size, "the followed run's token {} is outside the vocabulary",
-                  s.token);
+        s.token = follow->tokens[static_cast<size_t>(step)];  // checked above
         if (r.sampling.logprobs >= 0) sampling::fill_logprobs(*row, r.sampling.logprobs, s);  // as sample() does
       } else {
         s = sampling::sample(*row, r.sampling, counts, seed, step);
